@@ -1,0 +1,105 @@
+// npm run export -- <events|devices|customers|products|collections> [--since <seq>] [--workspace <name>] [--kind <kind>]
+// NDJSON on stdout. Runs beside a live server: LMDB lets readers in while the server writes.
+// `events` streams the journal batch by batch (memory bounded by one batch); the state exports
+// rebuild the state the same way the server does at start, then print it.
+import { Workspaces } from '../actors/workspace.ts';
+import { ProfileInterner } from '../actors/interner.ts';
+import { collectionViews, customerViews, deviceView, productViews } from '../actors/views.ts';
+import { Journal } from '../journal/journal.ts';
+import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
+import { recover } from '../journal/recovery.ts';
+import { openStore } from '../journal/store.ts';
+import { NdjsonWriter } from './output.ts';
+
+const WHATS = ['events', 'devices', 'customers', 'products', 'collections'] as const;
+type What = (typeof WHATS)[number];
+
+const USAGE = `usage: npm run export -- <${WHATS.join('|')}> [--since <seq>] [--workspace <name>] [--kind <kind>]
+  events       the journal: one line per accepted write {seq, kind, workspace, at, did?, sid?, customer?, data}
+               --since <seq>  only records with seq > <seq> (the last seq you saw is your cursor)
+               --kind <kind>  one of ${RECORD_KINDS.join(', ')}
+  devices, customers, products, collections   the current state
+  --workspace <name>   only that workspace
+  DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
+`;
+
+class UsageError extends Error {}
+
+interface ExportArgs {
+  what: What;
+  since: number;
+  workspace: string | null;
+  kind: RecordKind | null;
+  dataDir: string;
+}
+
+function parseArgs(argv: readonly string[]): ExportArgs {
+  const args: ExportArgs = { what: 'events', since: 0, workspace: null, kind: null, dataDir: process.env.DATA_DIR || './data' };
+  let what: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const value = (): string => {
+      const v = argv[++i];
+      if (v === undefined) throw new UsageError(`${arg} needs a value`);
+      return v;
+    };
+    if (arg === '--since') {
+      const v = value();
+      if (!/^[0-9]+$/.test(v)) throw new UsageError('--since takes a non-negative integer seq');
+      args.since = Number(v);
+    } else if (arg === '--workspace') args.workspace = value();
+    else if (arg === '--kind') {
+      const v = value();
+      if (!(RECORD_KINDS as readonly string[]).includes(v)) throw new UsageError(`--kind must be one of ${RECORD_KINDS.join(', ')}`);
+      args.kind = v as RecordKind;
+    } else if (arg === '--data-dir') args.dataDir = value();
+    else if (arg === '--help' || arg === '-h') throw new UsageError('');
+    else if (what === undefined && !arg.startsWith('-')) what = arg;
+    else throw new UsageError(`unexpected argument ${arg}`);
+  }
+  if (what === undefined || !(WHATS as readonly string[]).includes(what)) throw new UsageError(`say what to export: ${WHATS.join(', ')}`);
+  args.what = what as What;
+  if (args.what !== 'events' && (args.kind !== null || args.since !== 0)) {
+    throw new UsageError('--since and --kind apply to events only');
+  }
+  return args;
+}
+
+async function run(args: ExportArgs): Promise<void> {
+  const store = openStore(args.dataDir);
+  const out = new NdjsonWriter();
+  try {
+    if (args.what === 'events') {
+      for (const { seq, record } of Journal.read(store.journal, args.since)) {
+        if (args.workspace !== null && record.workspace !== args.workspace) continue;
+        if (args.kind !== null && record.kind !== args.kind) continue;
+        const { kind, workspace, at, data, ...device } = record as typeof record & { did?: string };
+        await out.write({ seq, kind, workspace, at, ...device, data });
+      }
+    } else {
+      const workspaces = new Workspaces();
+      recover(store, workspaces, new ProfileInterner());
+      for (const ws of workspaces.all()) {
+        if (args.workspace !== null && ws.name !== args.workspace) continue;
+        if (args.what === 'devices') for (const d of ws.devices.values()) await out.write(deviceView(ws.name, d));
+        else if (args.what === 'customers') for (const c of customerViews(ws)) await out.write(c);
+        else if (args.what === 'products') for (const p of productViews(ws.name, ws.catalog)) await out.write(p);
+        else for (const c of collectionViews(ws.name, ws.catalog)) await out.write(c);
+      }
+    }
+    await out.flush();
+  } finally {
+    await store.close();
+  }
+}
+
+try {
+  await run(parseArgs(process.argv.slice(2)));
+} catch (error) {
+  if (error instanceof UsageError) {
+    if (error.message !== '') process.stderr.write(`export: ${error.message}\n`);
+    process.stderr.write(USAGE);
+    process.exit(error.message === '' ? 0 : 2);
+  }
+  throw error;
+}

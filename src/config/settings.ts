@@ -1,0 +1,111 @@
+// One table of settings: each is an environment variable with a matching `--flag`.
+// A flag wins over the environment, the environment over the default.
+
+export interface Settings {
+  host: string;
+  port: number;
+  dataDir: string;
+  serviceKeys: string;
+  bodyLimitBytes: number;
+  mappingBodyLimitBytes: number;
+  mappingMaxItems: number;
+  journalMaxBatchRecords: number;
+  commitMode: 'group' | 'sync';
+  logLevel: string;
+}
+
+type Kind = 'string' | 'integer';
+
+interface SettingSpec {
+  key: keyof Settings;
+  env: string;
+  flag: string;
+  kind: Kind;
+  defaultValue: string | number;
+  min?: number;
+  max?: number;
+  choices?: readonly string[];
+  description: string;
+}
+
+const MiB = 1024 * 1024;
+
+export const SETTINGS: readonly SettingSpec[] = [
+  { key: 'host', env: 'HOST', flag: '--host', kind: 'string', defaultValue: '0.0.0.0', description: 'address to listen on' },
+  { key: 'port', env: 'PORT', flag: '--port', kind: 'integer', defaultValue: 8080, min: 0, max: 65535, description: 'TCP port (0 picks a free port)' },
+  { key: 'dataDir', env: 'DATA_DIR', flag: '--data-dir', kind: 'string', defaultValue: './data', description: 'directory of the LMDB journal and key store' },
+  { key: 'serviceKeys', env: 'SERVICE_KEYS', flag: '--service-keys', kind: 'string', defaultValue: '', description: 'keys valid while set: "ws1:key1,ws2:key2" (a bare key belongs to workspace "default")' },
+  { key: 'bodyLimitBytes', env: 'BODY_LIMIT_BYTES', flag: '--body-limit-bytes', kind: 'integer', defaultValue: 1 * MiB, min: 1024, max: 256 * MiB, description: 'request body limit of every endpoint but the two mapping ones (inflated size too)' },
+  { key: 'mappingBodyLimitBytes', env: 'MAPPING_BODY_LIMIT_BYTES', flag: '--mapping-body-limit-bytes', kind: 'integer', defaultValue: 16 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of the mapping endpoints (inflated size too)' },
+  { key: 'mappingMaxItems', env: 'MAPPING_MAX_ITEMS', flag: '--mapping-max-items', kind: 'integer', defaultValue: 100_000, min: 1, max: 10_000_000, description: 'most product ids in one mapping request' },
+  { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
+  { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },
+  { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
+];
+
+export class SettingsError extends Error {}
+
+function parseValue(spec: SettingSpec, raw: string, source: string): string | number {
+  if (spec.kind === 'integer') {
+    if (!/^[0-9]+$/.test(raw)) throw new SettingsError(`${source}: "${raw}" is not a non-negative integer`);
+    const n = Number(raw);
+    if ((spec.min !== undefined && n < spec.min) || (spec.max !== undefined && n > spec.max)) {
+      throw new SettingsError(`${source}: ${n} is outside ${spec.min}..${spec.max}`);
+    }
+    return n;
+  }
+  if (spec.choices && !spec.choices.includes(raw)) {
+    throw new SettingsError(`${source}: "${raw}" is not one of ${spec.choices.join(', ')}`);
+  }
+  return raw;
+}
+
+export interface ParsedArgs {
+  settings: Settings;
+  help: boolean;
+}
+
+/** Reads settings from argv (flags) and env. Throws SettingsError on a bad value or an unknown flag. */
+export function parseSettings(argv: readonly string[], env: NodeJS.ProcessEnv): ParsedArgs {
+  const values: Record<string, string | number> = {};
+  for (const spec of SETTINGS) {
+    const fromEnv = env[spec.env];
+    values[spec.key] = fromEnv !== undefined && fromEnv !== '' ? parseValue(spec, fromEnv, spec.env) : spec.defaultValue;
+  }
+  let help = false;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--help' || arg === '-h') {
+      help = true;
+      continue;
+    }
+    const eq = arg.indexOf('=');
+    const name = eq === -1 ? arg : arg.slice(0, eq);
+    const spec = SETTINGS.find((s) => s.flag === name);
+    if (!spec) throw new SettingsError(`unknown option ${arg} (see --help)`);
+    let raw: string | undefined;
+    if (eq !== -1) raw = arg.slice(eq + 1);
+    else raw = argv[++i];
+    if (raw === undefined) throw new SettingsError(`${name} needs a value`);
+    values[spec.key] = parseValue(spec, raw, name);
+  }
+  return { settings: values as unknown as Settings, help };
+}
+
+export function helpText(): string {
+  const rows = SETTINGS.map((s) => {
+    const def = s.defaultValue === '' ? '(none)' : String(s.defaultValue);
+    return `  ${(s.flag + ' <value>').padEnd(36)} ${s.env.padEnd(26)} default ${def}\n      ${s.description}`;
+  });
+  return [
+    'intake: analytics and catalog intake server',
+    '',
+    'usage: npm start -- [options]',
+    '',
+    'Every option is also an environment variable; a flag wins over the environment.',
+    '',
+    ...rows,
+    `  ${'--help'.padEnd(36)} print this text`,
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,54 @@
+// Request body rules of CONTRACT.md §2: accepted content types and encodings, gzip inflation
+// under the same size limit, and JSON that must be an object.
+import { gunzipSync } from 'node:zlib';
+
+/** application/json (any parameters), text/plain, or no content-type at all. */
+export function acceptsContentType(header: string): boolean {
+  if (header === '') return true;
+  const semicolon = header.indexOf(';');
+  const media = (semicolon === -1 ? header : header.slice(0, semicolon)).trim().toLowerCase();
+  return media === 'application/json' || media === 'text/plain';
+}
+
+export type Encoding = 'identity' | 'gzip';
+
+/** The body's content-encoding, or null when we cannot decode it (415). */
+export function bodyEncoding(header: string): Encoding | null {
+  const value = header.trim().toLowerCase();
+  if (value === '' || value === 'identity') return 'identity';
+  if (value === 'gzip' || value === 'x-gzip') return 'gzip';
+  return null;
+}
+
+export type DecodeResult =
+  | { ok: true; body: Record<string, unknown> }
+  | { ok: false; error: 'tooLarge' | 'malformed'; message: string };
+
+/**
+ * Inflates (if gzip) and parses a body. Synchronous: `bytes` may be a view of a uWS buffer that
+ * is only valid during the current callback.
+ */
+export function decodeBody(bytes: Buffer, encoding: Encoding, limitBytes: number): DecodeResult {
+  let raw = bytes;
+  if (encoding === 'gzip') {
+    try {
+      raw = gunzipSync(bytes, { maxOutputLength: limitBytes });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
+        return { ok: false, error: 'tooLarge', message: `inflated body is larger than ${limitBytes} bytes` };
+      }
+      return { ok: false, error: 'malformed', message: 'body is not valid gzip' };
+    }
+  }
+  if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString('utf8'));
+  } catch {
+    return { ok: false, error: 'malformed', message: 'request body is not valid JSON' };
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    return { ok: false, error: 'malformed', message: 'request body must be a JSON object' };
+  }
+  return { ok: true, body: parsed as Record<string, unknown> };
+}

@@ -1,0 +1,185 @@
+// The state of one write request from its headers to its answer. It reads the body under the
+// route's limit, decodes it, hands it to the route, and is itself the journal's CommitWaiter:
+// the answer is written when the journal says the write (or what it observed) is durable.
+import type { TSchema } from '@sinclair/typebox';
+import type { HttpResponse } from 'uWebSockets.js';
+import type { Reply } from '../actors/intake.ts';
+import type { Workspace } from '../actors/workspace.ts';
+import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { RouteMetrics } from '../telemetry/metrics.ts';
+import { decodeBody, type Encoding } from './body.ts';
+import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
+import { OK, send, UNPROCESSABLE, type SendOptions } from './respond.ts';
+
+/** What /openapi.json says of a route. */
+export interface RouteDoc {
+  summary: string;
+  body: TSchema | null;
+  /** App launch answers {did, sid} instead of {success: true}. */
+  launch?: boolean;
+}
+
+export interface WriteRoute {
+  /** Metrics label, e.g. "track_event". */
+  readonly name: string;
+  readonly method: 'post' | 'del';
+  readonly pattern: string;
+  /** Which body limit applies; "none" routes (DELETE) do not read a body. */
+  readonly limit: 'body' | 'mapping' | 'none';
+  readonly hasParam: boolean;
+  readonly doc: RouteDoc;
+  metrics: RouteMetrics;
+  /** Validates and dispatches; `body` is null for routes without a body. */
+  handle(request: PendingRequest, body: Record<string, unknown> | null): void;
+}
+
+export interface RequestEnvironment {
+  log: Logger;
+  /** Non-null once a journal commit failed: every write then gets 503 until restart. */
+  journalFailure(): Error | null;
+  /** Requests started and not yet answered or aborted (graceful stop waits for 0). */
+  inFlight: number;
+  onIdle: (() => void) | null;
+}
+
+export class PendingRequest implements Reply {
+  readonly res: HttpResponse;
+  readonly route: WriteRoute;
+  readonly workspace: Workspace;
+  /** The decoded `:id` URL parameter ('' for routes without one). */
+  readonly param: string;
+  /** Server receive time, Unix ms (journaled as `at`). */
+  readonly at: number;
+  private readonly startedAt: number;
+  private readonly limitBytes: number;
+  private readonly encoding: Encoding;
+  private readonly env: RequestEnvironment;
+  private aborted = false;
+  private done = false;
+  private received = 0;
+  private chunks: Buffer[] | null = null;
+  private replyCode = 200;
+  private replyStatus = OK;
+  private replyBody = '';
+
+  constructor(
+    res: HttpResponse,
+    route: WriteRoute,
+    workspace: Workspace,
+    param: string,
+    startedAt: number,
+    limitBytes: number,
+    encoding: Encoding,
+    env: RequestEnvironment,
+  ) {
+    this.res = res;
+    this.route = route;
+    this.workspace = workspace;
+    this.param = param;
+    this.at = Date.now();
+    this.startedAt = startedAt;
+    this.limitBytes = limitBytes;
+    this.encoding = encoding;
+    this.env = env;
+  }
+
+  /** Called from the uWS route handler. */
+  start(): void {
+    this.env.inFlight++;
+    this.res.onAborted(this.onAborted);
+    if (this.route.limit === 'none') this.dispatch(null);
+    else this.res.onData(this.onData);
+  }
+
+  private readonly onAborted = (): void => {
+    this.aborted = true;
+    // An aborted request is no longer waited for; its write (if dispatched) still commits.
+    if (!this.done) this.leave();
+  };
+
+  private leave(): void {
+    if (--this.env.inFlight === 0 && this.env.onIdle !== null) {
+      const idle = this.env.onIdle;
+      this.env.onIdle = null;
+      idle();
+    }
+  }
+
+  private readonly onData = (chunk: ArrayBuffer, isLast: boolean): void => {
+    if (this.done) return;
+    this.received += chunk.byteLength;
+    if (this.received > this.limitBytes) {
+      // Stop reading: answer and close, the rest of the body is never read.
+      this.chunks = null;
+      this.answerError(ERRORS.payloadTooLarge, undefined, { close: true });
+      return;
+    }
+    if (!isLast) {
+      // uWS reuses the chunk's memory after we return: copy it.
+      (this.chunks ??= []).push(Buffer.from(chunk.slice(0)));
+      return;
+    }
+    // The last chunk is consumed synchronously below, so a view of it is enough.
+    const last = Buffer.from(chunk);
+    const whole = this.chunks === null ? last : Buffer.concat([...this.chunks, last]);
+    this.chunks = null;
+    const decoded = decodeBody(whole, this.encoding, this.limitBytes);
+    if (!decoded.ok) {
+      if (decoded.error === 'tooLarge') this.answerError(ERRORS.payloadTooLarge, decoded.message, { close: true });
+      else this.answerError(ERRORS.malformedJson, decoded.message);
+      return;
+    }
+    this.dispatch(decoded.body);
+  };
+
+  private dispatch(body: Record<string, unknown> | null): void {
+    if (this.env.journalFailure() !== null) return this.answerError(ERRORS.serviceUnavailable);
+    try {
+      this.route.handle(this, body);
+    } catch (error) {
+      this.env.log.error({ err: error, route: this.route.name }, 'request failed');
+      this.answerError(ERRORS.internal);
+    }
+  }
+
+  /** A schema violation: answered at once, nothing was applied. */
+  invalid(details: ValidationDetail[]): void {
+    this.answer(422, UNPROCESSABLE, validationBody(details.length > MAX_DETAILS ? details.slice(0, MAX_DETAILS) : details));
+  }
+
+  // Reply: what to answer once the journal speaks.
+  succeed(body: string): void {
+    this.replyCode = 200;
+    this.replyStatus = OK;
+    this.replyBody = body;
+  }
+
+  reject(details: ValidationDetail[]): void {
+    this.replyCode = 422;
+    this.replyStatus = UNPROCESSABLE;
+    this.replyBody = validationBody(details);
+  }
+
+  committed(): void {
+    this.answer(this.replyCode, this.replyStatus, this.replyBody);
+  }
+
+  failed(error: Error): void {
+    this.env.log.error({ err: error, route: this.route.name }, 'journal commit failed; answering 503');
+    this.answerError(ERRORS.serviceUnavailable);
+  }
+
+  private answerError(error: ErrorSpec, message?: string, options?: SendOptions): void {
+    this.answer(error.status, error.statusLine, errorBody(error, message), options);
+  }
+
+  private answer(code: number, statusLine: string, body: string, options?: SendOptions): void {
+    if (this.done) return;
+    this.done = true;
+    this.route.metrics.observe(code, this.startedAt);
+    if (this.aborted) return;
+    send(this.res, statusLine, body, options);
+    this.leave();
+  }
+}

@@ -1,0 +1,51 @@
+// Every response goes out through `send`, inside res.cork(), so status line, headers and body
+// leave in one write. The corked writer reads module-level slots instead of a fresh closure per
+// response (cork runs its callback synchronously, so the slots cannot be overwritten meanwhile).
+import type { HttpResponse } from 'uWebSockets.js';
+import { errorBody, type ErrorSpec } from './errors.ts';
+
+const JSON_TYPE = 'application/json';
+
+let slotRes: HttpResponse | null = null;
+let slotStatus = '';
+let slotType = JSON_TYPE;
+let slotBody = '';
+let slotClose = false;
+let slotHeader: string | null = null;
+let slotHeaderValue = '';
+
+function writeCorked(): void {
+  const res = slotRes!;
+  res.writeStatus(slotStatus);
+  res.writeHeader('content-type', slotType);
+  if (slotHeader !== null) res.writeHeader(slotHeader, slotHeaderValue);
+  res.end(slotBody, slotClose);
+}
+
+export interface SendOptions {
+  close?: boolean;
+  contentType?: string;
+  header?: readonly [string, string];
+}
+
+export function send(res: HttpResponse, statusLine: string, body: string, options?: SendOptions): void {
+  slotRes = res;
+  slotStatus = statusLine;
+  slotBody = body;
+  slotClose = options?.close ?? false;
+  slotType = options?.contentType ?? JSON_TYPE;
+  slotHeader = options?.header?.[0] ?? null;
+  slotHeaderValue = options?.header?.[1] ?? '';
+  try {
+    res.cork(writeCorked);
+  } finally {
+    slotRes = null;
+  }
+}
+
+export function sendError(res: HttpResponse, error: ErrorSpec, message?: string, options?: SendOptions): void {
+  send(res, error.statusLine, errorBody(error, message), options);
+}
+
+export const OK = '200 OK';
+export const UNPROCESSABLE = '422 Unprocessable Entity';

@@ -1,0 +1,163 @@
+// The uWebSockets.js HTTP layer. Checks run in CONTRACT.md §4's order: route (404/405, by uWS's
+// router), authentication (401), content type and encoding (415), declared size (413), then the
+// body is read (413 when it grows past the limit), parsed (400) and handed to the route (422, or
+// the actor and the journal).
+import uWS, { type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket } from 'uWebSockets.js';
+import type { Workspaces } from '../actors/workspace.ts';
+import type { Authenticator } from '../auth/authenticator.ts';
+import type { Settings } from '../config/settings.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { acceptsContentType, bodyEncoding } from './body.ts';
+import { ERRORS, type ErrorSpec } from './errors.ts';
+import { PendingRequest, type RequestEnvironment, type WriteRoute } from './pending-request.ts';
+import { OK, send, sendError } from './respond.ts';
+
+export interface ServerDependencies {
+  settings: Settings;
+  auth: Authenticator;
+  workspaces: Workspaces;
+  routes: WriteRoute[];
+  metrics: Metrics;
+  log: Logger;
+  openApiJson: string;
+  /** The journal's failure, once a commit failed (writes then get 503 until restart). */
+  journalFailure(): Error | null;
+}
+
+export interface HttpServer {
+  readonly port: number;
+  /**
+   * Stops accepting: closes the listening socket and answers new requests on open keep-alive
+   * connections with 503 (and closes them). Requests already started are still answered.
+   */
+  stopAccepting(): void;
+  /** Resolves when no request is in flight, or after `timeoutMs`. */
+  settled(timeoutMs: number): Promise<void>;
+}
+
+const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json'];
+
+/** '%2F' and friends in `:id`; null when the escape sequence is malformed. */
+function decodeParam(raw: string): string | null {
+  if (!raw.includes('%')) return raw;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return null;
+  }
+}
+
+/** An answer decided from the request head alone (the body, if any, is never read). */
+function refuseEarly(route: WriteRoute, res: HttpResponse, startedAt: number, error: ErrorSpec, message?: string, close = false): void {
+  route.metrics.observe(error.status, startedAt);
+  sendError(res, error, message, { close });
+}
+
+const SHUTTING_DOWN = 'the server is shutting down';
+
+export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
+  const { settings, auth, workspaces, log } = deps;
+  const app: TemplatedApp = uWS.App();
+  const env: RequestEnvironment = { log, journalFailure: deps.journalFailure, inFlight: 0, onIdle: null };
+  let stopping = false;
+
+  const handleWrite = (route: WriteRoute, res: HttpResponse, req: HttpRequest): void => {
+    const startedAt = performance.now();
+    if (stopping) return refuseEarly(route, res, startedAt, ERRORS.serviceUnavailable, SHUTTING_DOWN, true);
+    let param = '';
+    if (route.hasParam) {
+      const decoded = decodeParam(req.getParameter(0));
+      if (decoded === null) return refuseEarly(route, res, startedAt, ERRORS.notFound, 'malformed percent-encoding in the path');
+      param = decoded;
+    }
+    const workspaceName = auth.workspaceOf(req.getHeader('x-service-key'));
+    if (workspaceName === null) return refuseEarly(route, res, startedAt, ERRORS.authentication);
+    let limitBytes = 0;
+    let encoding: 'identity' | 'gzip' = 'identity';
+    if (route.limit !== 'none') {
+      if (!acceptsContentType(req.getHeader('content-type'))) return refuseEarly(route, res, startedAt, ERRORS.unsupportedMediaType);
+      const found = bodyEncoding(req.getHeader('content-encoding'));
+      if (found === null) return refuseEarly(route, res, startedAt, ERRORS.unsupportedMediaType);
+      encoding = found;
+      limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : settings.bodyLimitBytes;
+      const declared = req.getHeader('content-length');
+      if (declared !== '' && Number(declared) > limitBytes) {
+        return refuseEarly(route, res, startedAt, ERRORS.payloadTooLarge, undefined, true);
+      }
+    }
+    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env);
+    request.start();
+  };
+
+  const allowed = new Map<string, string[]>();
+  for (const route of deps.routes) {
+    const handler = (res: HttpResponse, req: HttpRequest) => handleWrite(route, res, req);
+    if (route.method === 'post') app.post(route.pattern, handler);
+    else app.del(route.pattern, handler);
+    const methods = allowed.get(route.pattern) ?? [];
+    methods.push(route.method === 'del' ? 'DELETE' : 'POST');
+    allowed.set(route.pattern, methods);
+  }
+
+  app.get('/healthz', (res) => send(res, OK, '{"status":"ok"}'));
+  app.get('/readyz', (res) => {
+    const failure = deps.journalFailure();
+    if (stopping) sendError(res, ERRORS.serviceUnavailable, SHUTTING_DOWN);
+    else if (failure !== null) sendError(res, ERRORS.serviceUnavailable, `journal failed: ${failure.message}`);
+    else send(res, OK, '{"status":"ready"}');
+  });
+  app.get('/openapi.json', (res) => send(res, OK, deps.openApiJson));
+  app.get('/metrics', (res) => {
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+    deps.metrics.registry.metrics().then(
+      (text) => {
+        if (!aborted) send(res, OK, text, { contentType: deps.metrics.registry.contentType });
+      },
+      (error: unknown) => {
+        log.error({ err: error }, 'metrics failed');
+        if (!aborted) sendError(res, ERRORS.internal);
+      },
+    );
+  });
+  for (const path of GET_PATHS) allowed.set(path, ['GET']);
+
+  // A known path with another method: 405 with Allow. uWS prefers a method's own handler to any().
+  for (const [pattern, methods] of allowed) {
+    const allow = methods.join(', ');
+    app.any(pattern, (res) => sendError(res, ERRORS.methodNotAllowed, undefined, { header: ['allow', allow] }));
+  }
+  app.any('/*', (res) => sendError(res, ERRORS.notFound));
+
+  return new Promise((resolve, reject) => {
+    app.listen(settings.host, settings.port, (socket: us_listen_socket | false) => {
+      if (socket === false) {
+        reject(new Error(`cannot listen on ${settings.host}:${settings.port}`));
+        return;
+      }
+      const port = uWS.us_socket_local_port(socket);
+      let listening: us_listen_socket | null = socket;
+      resolve({
+        port,
+        stopAccepting() {
+          stopping = true;
+          if (listening !== null) uWS.us_listen_socket_close(listening);
+          listening = null;
+        },
+        settled(timeoutMs) {
+          if (env.inFlight === 0) return Promise.resolve();
+          return new Promise((done) => {
+            const timer = setTimeout(done, timeoutMs);
+            env.onIdle = () => {
+              clearTimeout(timer);
+              done();
+            };
+          });
+        },
+      });
+    });
+  });
+}

@@ -1,0 +1,193 @@
+// The journal with group commit. Records appended during one event-loop turn form one batch,
+// written as ONE LMDB put (one value) when the turn ends; every request in it is answered after
+// that put's promise resolves, which with lmdb-js's defaults means after the commit is fsync'd.
+// Batches are handed to lmdb-js as they close, so while one flushes the next one commits
+// (lmdb-js overlaps them), and a crash leaves a prefix of whole batches: never half a write.
+import type { Database } from 'lmdb';
+import type { JournalRecord } from './records.ts';
+
+/** Told when the batch holding its record (or the writes it observed) is durable, or is not. */
+export interface CommitWaiter {
+  committed(): void;
+  failed(error: Error): void;
+}
+
+interface Batch {
+  firstSeq: number;
+  records: JournalRecord[];
+  waiters: CommitWaiter[];
+}
+
+export interface JournalStats {
+  /** Called once per committed batch. */
+  onCommit?(records: number, commitLatencyMs: number): void;
+  onFailure?(error: Error): void;
+}
+
+/**
+ * group: records of one event-loop turn share one commit (answers wait for it).
+ * sync: each record is committed and fsync'd before append() returns, and its waiter hears at
+ * once. uWS closes a connection that pipelines a request behind a response still pending, so
+ * only sync mode lets clients pipeline writes; it costs one fsync per write.
+ */
+export type CommitMode = 'group' | 'sync';
+
+export class Journal {
+  private readonly db: Database<JournalRecord[], number>;
+  private readonly mode: CommitMode;
+  private readonly maxBatchRecords: number;
+  private readonly stats: JournalStats;
+  private nextSeq: number;
+  private current: Batch | null = null;
+  /** Batches handed to LMDB and not yet settled, oldest first. */
+  private readonly inFlight: Batch[] = [];
+  private flushScheduled = false;
+  private failure: Error | null = null;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}) {
+    this.db = db;
+    this.mode = mode;
+    this.maxBatchRecords = maxBatchRecords;
+    this.stats = stats;
+    this.nextSeq = Journal.lastSeq(db) + 1;
+    this.flushNow = this.flushNow.bind(this);
+  }
+
+  /** The seq of the newest stored record, 0 when the journal is empty. */
+  static lastSeq(db: Database<JournalRecord[], number>): number {
+    for (const { key, value } of db.getRange({ reverse: true, limit: 1 })) return key + value.length - 1;
+    return 0;
+  }
+
+  /** Why the journal stopped accepting writes, or null while it works. */
+  get failed(): Error | null {
+    return this.failure;
+  }
+
+  /** Seq of the last record appended (committed or not). */
+  get lastAppendedSeq(): number {
+    return this.nextSeq - 1;
+  }
+
+  /**
+   * Adds a record to the open batch; `waiter` hears when it is durable. Callers check `failed`
+   * first: after a failure nothing more is appended.
+   */
+  append(record: JournalRecord, waiter: CommitWaiter): number {
+    if (this.mode === 'sync') return this.appendSync(record, waiter);
+    let batch = this.current;
+    if (batch === null) {
+      batch = this.current = { firstSeq: this.nextSeq, records: [], waiters: [] };
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(this.flushNow);
+      }
+    }
+    batch.records.push(record);
+    batch.waiters.push(waiter);
+    const seq = this.nextSeq++;
+    if (batch.records.length >= this.maxBatchRecords) this.closeBatch();
+    return seq;
+  }
+
+  private appendSync(record: JournalRecord, waiter: CommitWaiter): number {
+    const seq = this.nextSeq++;
+    const startedAt = performance.now();
+    try {
+      // putSync commits and fdatasyncs on this thread before it returns (checked with strace).
+      this.db.putSync(seq, [record]);
+    } catch (error) {
+      const failure = error instanceof Error ? error : new Error(String(error));
+      if (this.failure === null) {
+        this.failure = failure;
+        this.stats.onFailure?.(failure);
+      }
+      waiter.failed(this.failure);
+      return seq;
+    }
+    this.stats.onCommit?.(1, performance.now() - startedAt);
+    waiter.committed();
+    return seq;
+  }
+
+  /**
+   * Tells `waiter` once every record appended so far is durable. Returns false when nothing is
+   * pending (the caller may answer at once). Used for answers that depend on state changed by
+   * writes not yet committed, so no answer ever reflects a write that could still be lost.
+   */
+  afterPending(waiter: CommitWaiter): boolean {
+    const batch = this.current ?? this.inFlight[this.inFlight.length - 1];
+    if (batch === undefined) return false;
+    batch.waiters.push(waiter);
+    return true;
+  }
+
+  private flushNow(): void {
+    this.flushScheduled = false;
+    this.closeBatch();
+  }
+
+  private closeBatch(): void {
+    const batch = this.current;
+    if (batch === null) return;
+    this.current = null;
+    this.inFlight.push(batch);
+    const startedAt = performance.now();
+    let write: Promise<boolean>;
+    try {
+      write = this.db.put(batch.firstSeq, batch.records);
+    } catch (error) {
+      write = Promise.reject(error);
+    }
+    write.then(
+      () => this.settle(batch, null, performance.now() - startedAt),
+      (error: unknown) => this.settle(batch, error instanceof Error ? error : new Error(String(error)), 0),
+    );
+  }
+
+  private settle(batch: Batch, error: Error | null, commitLatencyMs: number): void {
+    const i = this.inFlight.indexOf(batch);
+    if (i !== -1) this.inFlight.splice(i, 1);
+    if (error !== null && this.failure === null) {
+      this.failure = error;
+      this.stats.onFailure?.(error);
+    }
+    // After a failure no batch is acknowledged, even one LMDB did commit: the batch before it may
+    // be missing, and answers must not depend on a lost write.
+    const failure = this.failure;
+    if (failure === null) this.stats.onCommit?.(batch.records.length, commitLatencyMs);
+    for (const waiter of batch.waiters) {
+      try {
+        if (failure === null) waiter.committed();
+        else waiter.failed(failure);
+      } catch {
+        // A waiter's own error (a closed socket) must not stop the others from hearing.
+      }
+    }
+    if (this.current === null && this.inFlight.length === 0) {
+      const idle = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const resolve of idle) resolve();
+    }
+  }
+
+  /** Resolves when every appended record has been committed or has failed. */
+  drain(): Promise<void> {
+    if (this.current === null && this.inFlight.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Every stored record in order, with its seq. */
+  static *read(db: Database<JournalRecord[], number>, afterSeq = 0): Generator<{ seq: number; record: JournalRecord }> {
+    // The batch holding afterSeq + 1 starts at or before it.
+    let start = afterSeq + 1;
+    for (const { key } of db.getRange({ start: afterSeq + 1, reverse: true, limit: 1 })) start = key;
+    for (const { key, value } of db.getRange({ start })) {
+      for (let i = 0; i < value.length; i++) {
+        const seq = key + i;
+        if (seq > afterSeq) yield { seq, record: value[i]! };
+      }
+    }
+  }
+}

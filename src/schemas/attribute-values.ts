@@ -1,0 +1,79 @@
+// Checks an attribute entry's `value` against its declared `type` (CONTRACT.md §5). Runs after the
+// structural schema check, on valid and invalid bodies alike; its details replace whatever the
+// schema said about the same `value`.
+import { ATTRIBUTE_TYPES, ATTRIBUTE_VALUE_MAX_LENGTH, type AttributeType } from './fields.ts';
+import { detail, type ValidationDetail } from './details.ts';
+
+const INT32_MIN = -2147483648;
+const INT32_MAX = 2147483647;
+const DATE_SHAPE = /^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})$/;
+
+function isAttributeType(t: unknown): t is AttributeType {
+  return typeof t === 'string' && (ATTRIBUTE_TYPES as readonly string[]).includes(t);
+}
+
+function daysInMonth(year: number, month: number): number {
+  if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28;
+  return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
+}
+
+/** A real calendar date and time in the form YYYY-MM-DD HH:MM:SS. */
+export function isDateTime(value: string): boolean {
+  const m = DATE_SHAPE.exec(value);
+  if (m === null) return false;
+  const year = Number(m[1]);
+  const month = Number(m[2]);
+  const day = Number(m[3]);
+  return (
+    year >= 1 &&
+    month >= 1 &&
+    month <= 12 &&
+    day >= 1 &&
+    day <= daysInMonth(year, month) &&
+    Number(m[4]) <= 23 &&
+    Number(m[5]) <= 59 &&
+    Number(m[6]) <= 59
+  );
+}
+
+/** The violation of one value of a known type, or null when it is fine. */
+export function checkAttributeValue(type: AttributeType, value: unknown, path: readonly string[]): ValidationDetail | null {
+  if (value === null) return null;
+  switch (type) {
+    case 'integer':
+    case 'long':
+      if (typeof value !== 'number' || !Number.isFinite(value)) return detail.base('number', path, value);
+      if (!Number.isInteger(value)) return detail.integer(path, value);
+      if (type === 'long') return Number.isSafeInteger(value) ? null : detail.unsafe(path, value);
+      if (value < INT32_MIN) return detail.min(path, value, INT32_MIN);
+      if (value > INT32_MAX) return detail.max(path, value, INT32_MAX);
+      return null;
+    case 'float':
+    case 'double':
+      return typeof value === 'number' && Number.isFinite(value) ? null : detail.base('number', path, value);
+    case 'boolean':
+      return typeof value === 'boolean' ? null : detail.base('boolean', path, value);
+    case 'date':
+      if (typeof value !== 'string') return detail.base('string', path, value);
+      return isDateTime(value) ? null : detail.dateFormat(path, value);
+    case 'string':
+      if (typeof value !== 'string') return detail.base('string', path, value);
+      return value.length > ATTRIBUTE_VALUE_MAX_LENGTH ? detail.stringMax(path, value, ATTRIBUTE_VALUE_MAX_LENGTH) : null;
+  }
+}
+
+/**
+ * Appends the value violations of an `info` array to `out`. Entries that are not objects, or whose
+ * `type` is missing or not allowed, are left to the schema's own details.
+ */
+export function checkAttributeEntries(entries: unknown, basePath: string, out: ValidationDetail[]): void {
+  if (!Array.isArray(entries)) return;
+  for (let i = 0; i < entries.length; i++) {
+    const entry: unknown = entries[i];
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) continue;
+    const record = entry as Record<string, unknown>;
+    if (!isAttributeType(record.type) || !Object.hasOwn(record, 'value')) continue;
+    const found = checkAttributeValue(record.type, record.value, [basePath, String(i), 'value']);
+    if (found !== null) out.push(found);
+  }
+}

@@ -1,0 +1,126 @@
+// Request body schemas of the 11 endpoints (interface-spec.md §4 with CONTRACT.md §5's rules).
+import { Type, type Static } from '@sinclair/typebox';
+import {
+  Attributes,
+  BoundedString,
+  Did,
+  NonEmptyString,
+  Nullable,
+  OneOf,
+  Timestamp,
+} from './fields.ts';
+
+const closed = { additionalProperties: false } as const;
+
+const LAUNCH_STRING_MAX = 256;
+const launchString = () => BoundedString(LAUNCH_STRING_MAX);
+const utmValue = () => Type.Optional(Nullable(BoundedString(LAUNCH_STRING_MAX)));
+
+export const LaunchInfo = Type.Object(
+  {
+    appVersionCode: Type.Number(),
+    appVersionName: launchString(),
+    sdkVersion: Type.Number(),
+    firstTime: Type.Boolean({ description: 'true when this is the first launch' }),
+    deviceType: launchString(),
+    deviceManufacturer: launchString(),
+    deviceModel: launchString(),
+    deviceCarrier: launchString(),
+    osName: launchString(),
+    osVersion: launchString(),
+    platform: OneOf(['ANDROID', 'IOS']),
+    language: launchString(),
+    referrer: Type.Optional(BoundedString(2048, 'traffic source')),
+    utmInfo: Type.Optional(Type.Object({ us: utmValue(), um: utmValue(), uc: utmValue() }, closed)),
+  },
+  closed,
+);
+
+export const AppLaunchBody = Type.Object(
+  {
+    timestamp: Timestamp(),
+    info: LaunchInfo,
+    did: Type.Optional(Nullable(Did())),
+  },
+  { ...closed, description: 'absent, null, unknown or logged-out did: a new device is created' },
+);
+
+export const TrackEventBody = Type.Object(
+  {
+    did: Did(),
+    name: NonEmptyString(120, 'event name'),
+    timestamp: Timestamp(),
+    info: Type.Optional(Attributes()),
+  },
+  closed,
+);
+
+export const IdentifyBody = Type.Object(
+  {
+    did: Did(),
+    clientCustomerId: Type.Optional(NonEmptyString(256, "the customer's id in the caller's system")),
+    timestamp: Timestamp(),
+    info: Type.Optional(Attributes()),
+  },
+  { ...closed, description: 'at least one of clientCustomerId and info' },
+);
+
+export const LogoutBody = Type.Object({ did: Did() }, closed);
+
+export const PushTokenBody = Type.Object(
+  {
+    did: Did(),
+    type: OneOf(['fcm', 'apns']),
+    token: NonEmptyString(4096),
+    timestamp: Timestamp(),
+  },
+  closed,
+);
+
+export const PRODUCT_STATUSES = ['inStock', 'outOfStock'] as const;
+const price = () => Type.Optional(Nullable(Type.Number({ minimum: 0 })));
+
+export const ProductBody = Type.Object(
+  {
+    id: NonEmptyString(50, "the caller's product id"),
+    name: Type.Optional(NonEmptyString(2000, 'required when the product is created')),
+    image: Type.Optional(Nullable(BoundedString(1000))),
+    description: Type.Optional(Nullable(BoundedString(2000))),
+    url: Type.Optional(Nullable(BoundedString(1000))),
+    price: price(),
+    originalHigherPrice: price(),
+    vendor: Type.Optional(Nullable(BoundedString(1000))),
+    status: Type.Optional(Nullable(OneOf(PRODUCT_STATUSES))),
+  },
+  { ...closed, description: 'merge-upsert: present fields are set, null clears, absent fields are kept' },
+);
+
+export const CollectionBody = Type.Object(
+  {
+    id: NonEmptyString(50, "the caller's collection id"),
+    name: Type.Optional(NonEmptyString(2000, 'required when the collection is created')),
+    image: Type.Optional(Nullable(BoundedString(1000))),
+    url: Type.Optional(Nullable(BoundedString(1000))),
+  },
+  { ...closed, description: 'merge-upsert: present fields are set, null clears, absent fields are kept' },
+);
+
+export const ID_MAX_LENGTH = 50;
+/** The `:id` URL parameter of the DELETE and mapping endpoints, validated like a body id. */
+export const IdParam = NonEmptyString(ID_MAX_LENGTH);
+
+export const mappingBody = (maxItems: number) =>
+  Type.Object(
+    { products: Type.Array(NonEmptyString(ID_MAX_LENGTH), { minItems: 1, maxItems }) },
+    { ...closed, description: 'duplicate ids are ignored' },
+  );
+
+export type AppLaunch = Static<typeof AppLaunchBody>;
+export type TrackEvent = Static<typeof TrackEventBody>;
+export type Identify = Static<typeof IdentifyBody>;
+export type Logout = Static<typeof LogoutBody>;
+export type PushToken = Static<typeof PushTokenBody>;
+export type Product = Static<typeof ProductBody>;
+export type Collection = Static<typeof CollectionBody>;
+export type Mapping = Static<ReturnType<typeof mappingBody>>;
+export type LaunchInfoValue = Static<typeof LaunchInfo>;

@@ -1,0 +1,85 @@
+// Prometheus metrics (prom-client). Per-route children are resolved once, so the hot path does
+// not hash label values on every request.
+import client from 'prom-client';
+
+export class RouteMetrics {
+  private readonly byStatus = new Map<number, client.Counter.Internal>();
+  private readonly latency: client.Histogram.Internal<'route'>;
+
+  constructor(
+    private readonly metrics: Metrics,
+    private readonly route: string,
+  ) {
+    this.latency = metrics.requestSeconds.labels(route);
+  }
+
+  observe(status: number, startedAtMs: number): void {
+    let counter = this.byStatus.get(status);
+    if (counter === undefined) {
+      counter = this.metrics.requests.labels(this.route, String(status));
+      this.byStatus.set(status, counter);
+    }
+    counter.inc();
+    this.latency.observe((performance.now() - startedAtMs) / 1000);
+  }
+}
+
+export interface StateCounts {
+  devices(): number;
+  products(): number;
+  collections(): number;
+}
+
+export class Metrics {
+  readonly registry = new client.Registry();
+  readonly requests = new client.Counter({
+    name: 'intake_requests_total',
+    help: 'HTTP requests by route and status',
+    labelNames: ['route', 'status'] as const,
+    registers: [this.registry],
+  });
+  readonly requestSeconds = new client.Histogram({
+    name: 'intake_request_duration_seconds',
+    help: 'time from request start to response, by route',
+    labelNames: ['route'] as const,
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  });
+  readonly commitSeconds = new client.Histogram({
+    name: 'intake_journal_commit_duration_seconds',
+    help: 'journal batch commit latency (LMDB write until fsync)',
+    buckets: [0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1],
+    registers: [this.registry],
+  });
+  readonly batchRecords = new client.Histogram({
+    name: 'intake_journal_batch_records',
+    help: 'records per journal batch (group commit size)',
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384],
+    registers: [this.registry],
+  });
+  readonly journalFailures = new client.Counter({
+    name: 'intake_journal_failures_total',
+    help: 'journal commits that failed (the server then refuses writes)',
+    registers: [this.registry],
+  });
+
+  constructor(counts: StateCounts) {
+    client.collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 });
+    const gauge = (name: string, help: string, read: () => number) =>
+      new client.Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(read());
+        },
+      });
+    gauge('intake_devices', 'devices held in memory, all workspaces', () => counts.devices());
+    gauge('intake_products', 'products held in memory, all workspaces', () => counts.products());
+    gauge('intake_collections', 'collections held in memory, all workspaces', () => counts.collections());
+  }
+
+  route(name: string): RouteMetrics {
+    return new RouteMetrics(this, name);
+  }
+}
