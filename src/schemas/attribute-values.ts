@@ -63,8 +63,19 @@ export function checkAttributeValue(type: AttributeType, value: unknown, path: r
 }
 
 /**
- * Appends the value violations of an `info` array to `out`. Entries that are not objects, or whose
- * `type` is missing or not allowed, are left to the schema's own details.
+ * A value whose entry has no usable `type` must still be something some type allows: a string of
+ * at most 100 characters, a finite number, a boolean or null.
+ */
+export function checkUntypedValue(value: unknown, path: readonly string[]): ValidationDetail | null {
+  if (value === null || typeof value === 'boolean') return null;
+  if (typeof value === 'number') return Number.isFinite(value) ? null : detail.base('number', path, value);
+  if (typeof value !== 'string') return detail.base('string', path, value);
+  return value.length > ATTRIBUTE_VALUE_MAX_LENGTH ? detail.stringMax(path, value, ATTRIBUTE_VALUE_MAX_LENGTH) : null;
+}
+
+/**
+ * Appends the value violations of an `info` array to `out`; these replace whatever the schema said
+ * about the same values. Entries that are not objects, or lack `value`, are left to the schema.
  */
 export function checkAttributeEntries(entries: unknown, basePath: string, out: ValidationDetail[]): void {
   if (!Array.isArray(entries)) return;
@@ -72,8 +83,9 @@ export function checkAttributeEntries(entries: unknown, basePath: string, out: V
     const entry: unknown = entries[i];
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) continue;
     const record = entry as Record<string, unknown>;
-    if (!isAttributeType(record.type) || !Object.hasOwn(record, 'value')) continue;
-    const found = checkAttributeValue(record.type, record.value, [basePath, String(i), 'value']);
+    if (!Object.hasOwn(record, 'value')) continue;
+    const path = [basePath, String(i), 'value'];
+    const found = isAttributeType(record.type) ? checkAttributeValue(record.type, record.value, path) : checkUntypedValue(record.value, path);
     if (found !== null) out.push(found);
   }
 }

@@ -1,0 +1,180 @@
+// Operating the server: first start, keys from the environment and the CLI, --help and flags,
+// and logs that never carry keys or bodies (CONTRACT.md §1, §3, §9).
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createKey, KeyError, revokeKey, storedKeys } from '../src/auth/key-store.ts';
+import { SETTINGS } from '../src/config/settings.ts';
+import { openStore, STORE_FILE } from '../src/journal/store.ts';
+import { exportLines, launch, ROOT, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
+
+const CREATED_LINE = /^created workspace default, service key: (\S+)$/m;
+
+async function eventually(check: () => Promise<boolean>, withinMs: number): Promise<number> {
+  const started = Date.now();
+  while (Date.now() - started < withinMs) {
+    if (await check()) return Date.now() - started;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`not true within ${withinMs} ms`);
+}
+
+describe('first start', () => {
+  test('with no key anywhere: creates workspace default, prints its key once to stderr; later starts do not', async () => {
+    const dataDir = tempDataDir();
+    const first = await startServer({ dataDir, serviceKeys: null });
+    const match = CREATED_LINE.exec(first.stderr());
+    assert.ok(match, `stderr: ${first.stderr()}`);
+    const key = match[1]!;
+    const { did } = await launch(first, undefined, key);
+    assert.equal((await first.post('/msv_cevt', { did, name: 'secret-body-marker', timestamp: T0 }, key)).status, 200);
+    assert.equal((await first.post('/msv_cevt', { did: 'x', name: 'secret-body-marker' }, key)).status, 422);
+    assert.equal(await first.stop(), 0);
+    for (const line of first.logs()) {
+      assert.doesNotThrow(() => JSON.parse(line), `a log line is JSON: ${line}`);
+      assert.ok(!line.includes(key), 'no key in logs');
+      assert.ok(!line.includes('secret-body-marker'), 'no request body in logs');
+    }
+    assert.equal(exportLines(dataDir, 'devices')[0].workspace, 'default');
+
+    const second = await startServer({ dataDir, serviceKeys: null });
+    assert.doesNotMatch(second.stderr(), /created workspace/);
+    assert.equal((await second.post('/msv_cevt', { did, name: 'e', timestamp: T0 }, key)).status, 200);
+    await second.stop();
+  });
+
+  test('SERVICE_KEYS: a bare key belongs to workspace default, ws:key to ws; no key is created', async () => {
+    const dataDir = tempDataDir();
+    const server = await startServer({ dataDir, serviceKeys: 'bare-key-123456, shop:shop-key-123456' });
+    assert.doesNotMatch(server.stderr(), /created workspace/);
+    await launch(server, undefined, 'bare-key-123456');
+    await launch(server, undefined, 'shop-key-123456');
+    await server.stop();
+    assert.deepEqual(exportLines(dataDir, 'devices').map((d) => d.workspace).sort(), ['default', 'shop']);
+    assert.equal(runCli('keys', ['list'], dataDir).stdout.trim().split('\n').length, 1, 'only the header: nothing stored');
+  });
+});
+
+describe('keys CLI', () => {
+  test('create, list and revoke while the server runs; the server honours each change within 1 s', async () => {
+    const dataDir = tempDataDir();
+    const server = await startServer({ dataDir });
+    try {
+      const created = runCli('keys', ['create', 'shop'], dataDir);
+      assert.equal(created.status, 0, created.stderr);
+      assert.match(created.stdout, /^[A-Za-z0-9]{40}\n$/, 'the new key alone on stdout');
+      const key = created.stdout.trim();
+      const tookMs = await eventually(async () => (await server.post('/product', { id: 'p', name: 'P' }, key)).status === 200, 1000);
+      assert.ok(tookMs < 1000);
+
+      const list = runCli('keys', ['list'], dataDir);
+      assert.equal(list.status, 0);
+      const [header, row] = list.stdout.trim().split('\n');
+      assert.match(header!, /WORKSPACE\s+PREFIX\s+CREATED\s+REVOKED/);
+      assert.match(row!, new RegExp(`^shop\\s+${key.slice(0, 12)}\\s+\\d{4}-\\d\\d-\\d\\dT\\S+Z\\s+-$`));
+
+      const revoked = runCli('keys', ['revoke', key.slice(0, 8)], dataDir);
+      assert.equal(revoked.status, 0, revoked.stderr);
+      await eventually(async () => (await server.post('/product', { id: 'p', name: 'P' }, key)).status === 401, 1000);
+      assert.match(runCli('keys', ['list'], dataDir).stdout, new RegExp(`${key.slice(0, 12)}\\s+\\S+Z\\s+\\d{4}-\\S+Z`), 'list shows when it was revoked');
+
+      for (const bad of [key.slice(0, 8), 'zzzzzzzz', 'short', key.slice(0, 13)]) {
+        const res = runCli('keys', ['revoke', bad], dataDir);
+        assert.notEqual(res.status, 0, `revoke ${bad} must fail`);
+        assert.match(res.stderr, /keys: /);
+      }
+      assert.notEqual(runCli('keys', ['create', 'bad name!'], dataDir).status, 0);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('keys are stored hashed: the data file holds the 12-character prefix, never the key', async () => {
+    const dataDir = tempDataDir();
+    const store = openStore(dataDir);
+    const key = await createKey(store, 'ws');
+    await store.close();
+    const file = readFileSync(join(dataDir, STORE_FILE));
+    assert.ok(file.includes(Buffer.from(key.slice(0, 12))), 'the prefix is there');
+    assert.ok(!file.includes(Buffer.from(key)), 'the key itself is not');
+  });
+
+  test('revoke refuses an ambiguous prefix', async () => {
+    const store = openStore(tempDataDir());
+    try {
+      // Two keys sharing their first 8 characters cannot be made by chance; write them directly.
+      const now = Date.now();
+      await store.keys.put('hash-1', { workspace: 'a', prefix: 'ABCDEFGH1111', createdAt: now, revokedAt: null });
+      await store.keys.put('hash-2', { workspace: 'b', prefix: 'ABCDEFGH2222', createdAt: now, revokedAt: null });
+      await assert.rejects(revokeKey(store, 'ABCDEFGH'), (e: unknown) => e instanceof KeyError && /ambiguous/.test(e.message));
+      const revoked = await revokeKey(store, 'ABCDEFGH2');
+      assert.equal(revoked.workspace, 'b');
+      assert.deepEqual(storedKeys(store).map((k) => k.revokedAt === null), [true, false]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('npm start', () => {
+  test('passes SIGTERM on to the server, which stops gracefully', async () => {
+    const { spawn } = await import('node:child_process');
+    const { createInterface } = await import('node:readline');
+    const npm = spawn('npm', ['start', '--silent'], {
+      cwd: ROOT,
+      env: { ...process.env, DATA_DIR: tempDataDir(), PORT: '0', HOST: '127.0.0.1', SERVICE_KEYS: 'k-123456789' },
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    const messages: string[] = [];
+    const listening = new Promise<void>((resolve) =>
+      createInterface({ input: npm.stdout! }).on('line', (line) => {
+        const msg = (JSON.parse(line) as { msg: string }).msg;
+        messages.push(msg);
+        if (msg === 'listening') resolve();
+      }),
+    );
+    await listening;
+    const exited = new Promise((resolve) => npm.once('exit', resolve));
+    npm.kill('SIGTERM');
+    await exited;
+    await new Promise((r) => setTimeout(r, 200));
+    assert.ok(messages.includes('stopped'), `the server logged its graceful stop: ${messages.join(', ')}`);
+  });
+});
+
+describe('settings', () => {
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+
+  test('--help lists every setting with its variable, flag and default, and exits 0', () => {
+    const res = run(['--help']);
+    assert.equal(res.status, 0);
+    for (const s of SETTINGS) {
+      assert.ok(res.stdout.includes(s.env), `${s.env} in --help`);
+      assert.ok(res.stdout.includes(s.flag), `${s.flag} in --help`);
+      assert.ok(res.stdout.includes(s.defaultValue === '' ? '(none)' : String(s.defaultValue)), `${s.key} default`);
+    }
+  });
+
+  test('an unknown flag or a bad value stops the server with a message and status 2', () => {
+    for (const args of [['--nope'], ['--port', 'abc'], ['--commit-mode', 'maybe'], ['--port']]) {
+      const res = run(args);
+      assert.equal(res.status, 2, args.join(' '));
+      assert.match(res.stderr, /^intake: /);
+    }
+    assert.equal(run([], { PORT: '99999' }).status, 2);
+  });
+
+  test('a flag wins over its environment variable', async () => {
+    const server = await startServer({ env: { BODY_LIMIT_BYTES: '1024' }, args: ['--body-limit-bytes', '4096'] });
+    try {
+      const res = await server.post('/product', { id: 'big', name: 'x'.repeat(1500) });
+      assert.equal(res.status, 200, 'a 1.5 KiB body passes the 4 KiB flag limit, not the 1 KiB env limit');
+      assert.equal((await server.post('/product', { id: 'big', name: 'x'.repeat(1999), description: 'y'.repeat(2000), vendor: 'z'.repeat(1000) })).status, 413, 'a 5 KiB body is over the flag limit');
+    } finally {
+      await server.stop();
+    }
+  });
+});
