@@ -315,7 +315,7 @@ describe('buildValidators: valid bodies', () => {
     assert.equal(v.product.validate({ id: 'p', name: 'n', description: null, price: 0, originalHigherPrice: 1.5, status: 'outOfStock' }), null);
     assert.equal(v.collection.validate({ id: 'c', name: 'n', image: null, url: '' }), null);
     assert.equal(v.mapping.validate({ products: ['a', 'b', 'a'] }), null);
-    assert.equal(v.id.validate('x'.repeat(50)), null);
+    assert.equal(validateIdParam(v, 'x'.repeat(50)), null);
   });
 });
 

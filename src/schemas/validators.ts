@@ -1,7 +1,7 @@
 // Compiled validators, built once at start. The fast path is one compiled Check plus the attribute
 // value loop; the Joi mapping only runs for invalid bodies.
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
-import type { TSchema } from '@sinclair/typebox';
+import { Type, type TSchema } from '@sinclair/typebox';
 import { checkAttributeEntries } from './attribute-values.ts';
 import { detail, MAX_DETAILS, type ValidationDetail } from './details.ts';
 import {
@@ -74,13 +74,11 @@ export function buildValidators(limits: { mappingMaxItems: number }): Validators
     product: new BodyValidator(ProductBody),
     collection: new BodyValidator(CollectionBody),
     mapping: new BodyValidator(mappingBody(limits.mappingMaxItems)),
-    id: new BodyValidator(IdParam),
+    id: new BodyValidator(Type.Object({ id: IdParam })),
   };
 }
 
 /** The URL `:id` is validated like a body id, with path ["id"]. */
 export function validateIdParam(validators: Validators, id: string): ValidationDetail[] | null {
-  const found = validators.id.validate(id);
-  if (found === null) return null;
-  return found.map((d) => ({ ...d, path: ['id'], context: { ...d.context, key: 'id', label: 'id' }, message: d.message.replace(/^"value"/, '"id"') }));
+  return validators.id.validate({ id });
 }
