@@ -1,14 +1,17 @@
-// Entry point: settings, LMDB, keys, recovery, then listen. SIGTERM/SIGINT stop gracefully.
+// Entry point: settings, LMDB, keys, recovery (snapshot + journal tail), then listen.
+// SIGTERM/SIGINT stop gracefully; SIGUSR2 takes a snapshot now.
 import { readFileSync } from 'node:fs';
 import { Intake } from './actors/intake.ts';
-import { Workspaces } from './actors/workspace.ts';
+import { Workspaces, type Workspace } from './actors/workspace.ts';
 import { Authenticator } from './auth/authenticator.ts';
 import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
-import { helpText, parseSettings, SettingsError } from './config/settings.ts';
+import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal } from './journal/journal.ts';
 import { recover } from './journal/recovery.ts';
+import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
+import { SnapshotWriter } from './journal/snapshot-writer.ts';
 import { openStore } from './journal/store.ts';
 import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
@@ -17,41 +20,54 @@ import { Metrics } from './telemetry/metrics.ts';
 
 /** How often the server looks for key changes made by the keys CLI (CONTRACT.md §1: within 1 s). */
 const KEYS_POLL_MS = 250;
-/** Graceful stop must finish well inside 10 s. */
-const STOP_REQUESTS_TIMEOUT_MS = 5_000;
-const STOP_HARD_LIMIT_MS = 9_000;
+/** Graceful stop must end within 10 s: requests get up to 3 s, the final snapshot what is left. */
+const STOP_REQUESTS_TIMEOUT_MS = 3_000;
+const STOP_SNAPSHOT_DEADLINE_MS = 8_500;
+const STOP_HARD_LIMIT_MS = 9_500;
+const STOP_CLOSE_TIMEOUT_MS = 1_000;
+
+function readSettings(): Settings | null {
+  try {
+    const parsed = parseSettings(process.argv.slice(2), process.env);
+    if (!parsed.help) return parsed.settings;
+    process.stdout.write(helpText());
+    return null;
+  } catch (error) {
+    if (!(error instanceof SettingsError)) throw error;
+    process.stderr.write(`intake: ${error.message}\n`);
+    process.exit(2);
+  }
+}
+
+function envKeys(settings: Settings): Map<string, string> {
+  try {
+    return parseServiceKeys(settings.serviceKeys);
+  } catch (error) {
+    if (!(error instanceof KeyError)) throw error;
+    process.stderr.write(`intake: ${error.message}\n`);
+    process.exit(2);
+  }
+}
+
+function sum(workspaces: Workspaces, count: (ws: Workspace) => number): number {
+  let total = 0;
+  for (const ws of workspaces.all()) total += count(ws);
+  return total;
+}
 
 async function main(): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseSettings(process.argv.slice(2), process.env);
-  } catch (error) {
-    if (error instanceof SettingsError) {
-      process.stderr.write(`intake: ${error.message}\n`);
-      process.exit(2);
-    }
-    throw error;
-  }
-  if (parsed.help) {
-    process.stdout.write(helpText());
-    return;
-  }
-  const settings = parsed.settings;
+  const settings = readSettings();
+  if (settings === null) return;
   const log = createLogger(settings.logLevel);
   const version = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  // A write past a file-size limit must fail as an I/O error (503), not kill the process.
+  process.on('SIGXFSZ', () => log.error('file size limit reached (SIGXFSZ)'));
+  // No request may end the process: a stray rejected promise is logged, and the journal's own
+  // failure handling decides what is still accepted.
+  process.on('unhandledRejection', (reason) => log.error({ err: reason }, 'unhandled promise rejection'));
 
   const store = openStore(settings.dataDir);
-  let envKeys: Map<string, string>;
-  try {
-    envKeys = parseServiceKeys(settings.serviceKeys);
-  } catch (error) {
-    if (error instanceof KeyError) {
-      process.stderr.write(`intake: ${error.message}\n`);
-      process.exit(2);
-    }
-    throw error;
-  }
-  const auth = new Authenticator(store, envKeys);
+  const auth = new Authenticator(store, envKeys(settings));
   if (!auth.hasAnyKey) {
     const key = await createKey(store, 'default');
     // Printed once, to stderr, outside the JSON logs (CONTRACT.md §1).
@@ -60,7 +76,9 @@ async function main(): Promise<void> {
   }
   auth.watch(KEYS_POLL_MS);
 
-  const workspaces = new Workspaces();
+  // The snapshot writer hands each workspace its change tracker; it is created right after.
+  let writer: SnapshotWriter | null = null;
+  const workspaces = new Workspaces((name) => writer!.trackerFor(name));
   const metrics = new Metrics({
     devices: () => sum(workspaces, (ws) => ws.devices.size),
     products: () => sum(workspaces, (ws) => ws.catalog.products.size),
@@ -76,9 +94,16 @@ async function main(): Promise<void> {
       log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
   });
+  writer = new SnapshotWriter(store, journal, () => workspaces, log, { sliceEntities: settings.snapshotSliceEntities });
   const intake = new Intake(workspaces, journal);
   const recovery = recover(store, workspaces, intake.interner);
-  log.info({ ...recovery, durationMs: Math.round(recovery.durationMs) }, 'recovered state from the journal');
+  journal.continueAfter(recovery.lastSeq);
+  log.info(
+    { ...recovery, snapshotMs: Math.round(recovery.snapshotMs), replayMs: Math.round(recovery.replayMs) },
+    'recovered state: snapshot, then journal records after it',
+  );
+  const schedule = new SnapshotSchedule(writer, journal, store, settings, log);
+  schedule.start();
 
   const validators = buildValidators(settings);
   const routes = buildWriteRoutes(intake, validators, metrics);
@@ -98,27 +123,34 @@ async function main(): Promise<void> {
   const stop = async (signal: string): Promise<void> => {
     if (stopping) return;
     stopping = true;
+    const startedAt = Date.now();
     log.info({ signal }, 'stopping: no new requests, answering those in flight');
     setTimeout(() => {
-      log.error('graceful stop took too long; exiting');
+      log.error('graceful stop took too long; exiting (the journal holds every acknowledged write)');
       process.exit(1);
     }, STOP_HARD_LIMIT_MS).unref();
     server.stopAccepting();
+    schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
     await journal.drain();
+    // A snapshot started earlier covers an older position: replace it with one of the final state.
+    await writer!.abort();
+    if (journal.failed === null) {
+      const deadline = setTimeout(() => void writer!.abort(), Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt)));
+      await writer!.snapshot('shutdown');
+      clearTimeout(deadline);
+    }
     auth.stop();
-    await store.close();
-    log.info('stopped');
-    process.exit(0);
+    // After a failed commit lmdb-js may never settle close(); do not let that hang the stop.
+    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
+    const failure = journal.failed;
+    log.info({ durationMs: Date.now() - startedAt, journalFailed: failure !== null }, 'stopped');
+    // Exit 1 tells a supervisor the journal had failed: fix the disk, then restart.
+    process.exit(failure === null ? 0 : 1);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
-}
-
-function sum(workspaces: Workspaces, count: (ws: import('./actors/workspace.ts').Workspace) => number): number {
-  let total = 0;
-  for (const ws of workspaces.all()) total += count(ws);
-  return total;
+  process.on('SIGUSR2', () => void schedule.snapshotNow('SIGUSR2'));
 }
 
 main().catch((error: unknown) => {

@@ -12,19 +12,24 @@ export interface RunningServer {
   url: string;
   child: ChildProcess;
   dataDir: string | null;
+  /** Calls `listener` with every JSON log line the server writes from now on. */
+  onLog(listener: (entry: Record<string, unknown>) => void): void;
   stop(): Promise<void>;
 }
 
-function waitForPort(child: ChildProcess, name: string): Promise<number> {
+function waitForPort(child: ChildProcess, name: string, listeners: Array<(entry: Record<string, unknown>) => void>): Promise<number> {
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout! });
     lines.on('line', (line) => {
+      let parsed: Record<string, unknown> | null = null;
       try {
-        const entry = JSON.parse(line) as { msg?: string; port?: number };
-        if (entry.msg === 'listening' && typeof entry.port === 'number') resolve(entry.port);
+        parsed = JSON.parse(line) as Record<string, unknown>;
       } catch {
         // not a JSON log line
       }
+      if (parsed === null) return;
+      for (const listener of listeners) listener(parsed);
+      if (parsed.msg === 'listening' && typeof parsed.port === 'number') resolve(parsed.port);
     });
     child.once('exit', (code) => reject(new Error(`${name} exited (${code}) before listening`)));
   });
@@ -36,11 +41,13 @@ async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataD
     env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: '0' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const port = await waitForPort(child, name);
+  const listeners: Array<(entry: Record<string, unknown>) => void> = [];
+  const port = await waitForPort(child, name, listeners);
   return {
     url: `http://127.0.0.1:${port}`,
     child,
     dataDir,
+    onLog: (listener) => listeners.push(listener),
     async stop() {
       if (child.exitCode === null) {
         const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -52,10 +59,14 @@ async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataD
   };
 }
 
-/** intake as `npm start` runs it, on a fresh data directory. */
-export function startIntake(extraEnv: NodeJS.ProcessEnv = {}): Promise<RunningServer> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'intake-bench-'));
-  return start('intake', 'src/main.ts', { DATA_DIR: dataDir, SERVICE_KEYS: BENCH_KEY, LOG_LEVEL: 'info', ...extraEnv }, dataDir);
+/**
+ * intake as `npm start` runs it, on a fresh data directory (removed by stop()) unless `dataDir`
+ * is given (then kept).
+ */
+export function startIntake(extraEnv: NodeJS.ProcessEnv = {}, dataDir?: string): Promise<RunningServer> {
+  const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'intake-bench-'));
+  const env = { DATA_DIR: dir, SERVICE_KEYS: BENCH_KEY, LOG_LEVEL: 'info', ...extraEnv };
+  return start('intake', 'src/main.ts', env, dataDir === undefined ? dir : null);
 }
 
 export function startBareUws(): Promise<RunningServer> {

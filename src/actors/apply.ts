@@ -13,8 +13,8 @@ export function applyRecord(workspaces: Workspaces, interner: ProfileInterner, r
     case 'app_launch': {
       const profile = interner.intern(record.data.info);
       const device = ws.devices.get(record.did);
-      if (device === undefined) ws.devices.set(record.did, new DeviceActor(record.did, record.sid, profile));
-      else device.applyLaunch(record.sid, profile);
+      if (device === undefined) ws.devices.set(record.did, new DeviceActor(record.did, record.sid, profile, ws.tracker.epoch));
+      else device.applyLaunch(ws.tracker, record.sid, profile);
       return;
     }
     case 'event':
@@ -22,16 +22,17 @@ export function applyRecord(workspaces: Workspaces, interner: ProfileInterner, r
       return;
     case 'identify': {
       const { clientCustomerId, info } = record.data;
-      ws.devices
-        .get(record.did)
-        ?.applyIdentify(clientCustomerId === undefined ? null : ws.customer(clientCustomerId), info as AttributeEntryInput[] | undefined);
+      const device = ws.devices.get(record.did);
+      if (device === undefined) return;
+      const customer = clientCustomerId === undefined ? null : ws.customer(clientCustomerId);
+      device.applyIdentify(ws.tracker, customer, info as AttributeEntryInput[] | undefined);
       return;
     }
     case 'push_token':
-      ws.devices.get(record.did)?.applyPushToken(record.data.type, record.data.token);
+      ws.devices.get(record.did)?.applyPushToken(ws.tracker, record.data.type, record.data.token);
       return;
     case 'logout':
-      ws.devices.get(record.did)?.applyLogout();
+      ws.devices.get(record.did)?.applyLogout(ws.tracker);
       return;
     case 'product_upsert':
       ws.catalog.applyProductUpsert(record.data);

@@ -1,23 +1,43 @@
 // One catalog actor per workspace: the only owner of its products, collections and memberships.
 // `check*` methods are the reference checks of live writes (they read, never change); `apply*`
-// methods are the only mutations, shared by live writes and journal replay.
+// methods are the only mutations, shared by live writes and journal replay, and each tells the
+// change tracker before it changes or deletes an entity (change-tracker.ts).
 import { detail, MAX_DETAILS, type ValidationDetail } from '../schemas/details.ts';
 import type { Collection, Product } from '../schemas/endpoints.ts';
-
-export type ProductState = { id: string } & Record<string, unknown>;
-
-export interface CollectionState {
-  id: string;
-  fields: Record<string, unknown>;
-  members: Set<string>;
-}
+import type { ChangeTracker } from './change-tracker.ts';
 
 /** Sets each present field, removes each field sent as null, keeps absent ones. */
 function mergeFields(target: Record<string, unknown>, body: Record<string, unknown>): void {
   for (const key of Object.keys(body)) {
+    if (key === 'id') continue;
     const value = body[key];
     if (value === null) delete target[key];
     else target[key] = value;
+  }
+}
+
+export class CatalogProduct {
+  readonly id: string;
+  /** Every field but id, as last merged. */
+  readonly fields: Record<string, unknown> = {};
+  snapEpoch: number;
+
+  constructor(id: string, epoch: number) {
+    this.id = id;
+    this.snapEpoch = epoch;
+  }
+}
+
+export class CatalogCollection {
+  readonly id: string;
+  readonly fields: Record<string, unknown> = {};
+  /** Member product ids, in the order they were added. */
+  readonly members = new Set<string>();
+  snapEpoch: number;
+
+  constructor(id: string, epoch: number) {
+    this.id = id;
+    this.snapEpoch = epoch;
   }
 }
 
@@ -27,10 +47,15 @@ export function distinctIds(ids: readonly string[]): string[] {
 }
 
 export class CatalogActor {
-  readonly products = new Map<string, ProductState>();
-  readonly collections = new Map<string, CollectionState>();
+  readonly products = new Map<string, CatalogProduct>();
+  readonly collections = new Map<string, CatalogCollection>();
   /** product id → ids of the collections it belongs to (so deleting a product is not a scan). */
   private readonly memberOf = new Map<string, Set<string>>();
+  private readonly tracker: ChangeTracker;
+
+  constructor(tracker: ChangeTracker) {
+    this.tracker = tracker;
+  }
 
   /** Creating needs a name (CONTRACT.md §5). */
   checkProductUpsert(body: Product): ValidationDetail[] | null {
@@ -66,39 +91,42 @@ export class CatalogActor {
   applyProductUpsert(body: Product): void {
     let product = this.products.get(body.id);
     if (product === undefined) {
-      product = { id: body.id };
+      product = new CatalogProduct(body.id, this.tracker.epoch);
       this.products.set(body.id, product);
-    }
-    mergeFields(product, body as Record<string, unknown>);
+    } else this.tracker.beforeChange(product);
+    mergeFields(product.fields, body as Record<string, unknown>);
   }
 
   applyProductDelete(id: string): void {
-    if (!this.products.delete(id)) return;
+    const product = this.products.get(id);
+    if (product === undefined) return;
+    this.tracker.beforeChange(product);
+    this.products.delete(id);
     const collections = this.memberOf.get(id);
     if (collections === undefined) return;
-    for (const collectionId of collections) this.collections.get(collectionId)?.members.delete(id);
+    for (const collectionId of collections) {
+      const collection = this.collections.get(collectionId);
+      if (collection === undefined) continue;
+      this.tracker.beforeChange(collection);
+      collection.members.delete(id);
+    }
     this.memberOf.delete(id);
   }
 
   applyCollectionUpsert(body: Collection): void {
     let collection = this.collections.get(body.id);
     if (collection === undefined) {
-      collection = { id: body.id, fields: {}, members: new Set() };
+      collection = new CatalogCollection(body.id, this.tracker.epoch);
       this.collections.set(body.id, collection);
-    }
-    const { id: _id, ...fields } = body;
-    mergeFields(collection.fields, fields);
+    } else this.tracker.beforeChange(collection);
+    mergeFields(collection.fields, body as Record<string, unknown>);
   }
 
   applyCollectionDelete(id: string): void {
     const collection = this.collections.get(id);
     if (collection === undefined) return;
-    for (const productId of collection.members) {
-      const of = this.memberOf.get(productId);
-      if (of === undefined) continue;
-      of.delete(id);
-      if (of.size === 0) this.memberOf.delete(productId);
-    }
+    this.tracker.beforeChange(collection);
+    for (const productId of collection.members) this.unlink(productId, id);
     this.collections.delete(id);
   }
 
@@ -106,24 +134,39 @@ export class CatalogActor {
   applyMappingAdd(collectionId: string, products: readonly string[]): void {
     const collection = this.collections.get(collectionId);
     if (collection === undefined) return;
+    this.tracker.beforeChange(collection);
     for (const productId of products) {
       if (!this.products.has(productId) || collection.members.has(productId)) continue;
       collection.members.add(productId);
-      let of = this.memberOf.get(productId);
-      if (of === undefined) this.memberOf.set(productId, (of = new Set()));
-      of.add(collectionId);
+      this.link(productId, collectionId);
     }
   }
 
   applyMappingRemove(collectionId: string, products: readonly string[]): void {
     const collection = this.collections.get(collectionId);
     if (collection === undefined) return;
+    this.tracker.beforeChange(collection);
     for (const productId of products) {
-      if (!collection.members.delete(productId)) continue;
-      const of = this.memberOf.get(productId);
-      if (of === undefined) continue;
-      of.delete(collectionId);
-      if (of.size === 0) this.memberOf.delete(productId);
+      if (collection.members.delete(productId)) this.unlink(productId, collectionId);
     }
+  }
+
+  /** Puts a collection read from a snapshot in place (its members' back-links included). */
+  restoreCollection(collection: CatalogCollection): void {
+    this.collections.set(collection.id, collection);
+    for (const productId of collection.members) this.link(productId, collection.id);
+  }
+
+  private link(productId: string, collectionId: string): void {
+    let of = this.memberOf.get(productId);
+    if (of === undefined) this.memberOf.set(productId, (of = new Set()));
+    of.add(collectionId);
+  }
+
+  private unlink(productId: string, collectionId: string): void {
+    const of = this.memberOf.get(productId);
+    if (of === undefined) return;
+    of.delete(collectionId);
+    if (of.size === 0) this.memberOf.delete(productId);
   }
 }

@@ -3,7 +3,6 @@
 //    (200) goes out when the batch holding it is durable; or
 //  - refuse: a 422 that goes out once every write it may have observed is durable.
 // Everything here is synchronous, so messages reach each actor strictly in arrival order.
-import { nanoid } from 'nanoid';
 import type { CommitWaiter, Journal } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
 import { detail, type ValidationDetail } from '../schemas/details.ts';
@@ -20,6 +19,7 @@ import type {
 import { applyRecord } from './apply.ts';
 import { distinctIds } from './catalog-actor.ts';
 import { DeviceActor } from './device-actor.ts';
+import { newId } from './ids.ts';
 import { ProfileInterner } from './interner.ts';
 import type { Workspace, Workspaces } from './workspace.ts';
 
@@ -65,8 +65,8 @@ export class Intake {
 
   /** A did not in use in this workspace (a collision of 21 random characters is only theoretical). */
   private newDid(ws: Workspace): string {
-    let did = nanoid();
-    while (ws.devices.has(did)) did = nanoid();
+    let did = newId();
+    while (ws.devices.has(did)) did = newId();
     return did;
   }
 
@@ -75,7 +75,7 @@ export class Intake {
     const known = typeof sent === 'string' ? ws.devices.get(sent) : undefined;
     const device = known !== undefined && !known.loggedOut ? known : undefined;
     const did = device !== undefined ? device.did : this.newDid(ws);
-    const sid = nanoid();
+    const sid = newId();
     const record: JournalRecord = {
       kind: 'app_launch',
       workspace: ws.name,

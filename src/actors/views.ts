@@ -37,7 +37,7 @@ export function* customerViews(ws: Workspace): Generator<Record<string, unknown>
 }
 
 export function* productViews(workspace: string, catalog: CatalogActor): Generator<Record<string, unknown>> {
-  for (const product of catalog.products.values()) yield { workspace, ...product };
+  for (const product of catalog.products.values()) yield { workspace, id: product.id, ...product.fields };
 }
 
 export function* collectionViews(workspace: string, catalog: CatalogActor): Generator<Record<string, unknown>> {

@@ -1,35 +1,47 @@
 // A workspace's state: its device actors, its customers and its catalog actor. Workspaces share
 // nothing: a did or a product id means something only inside its workspace (CONTRACT.md §3).
 import { CatalogActor } from './catalog-actor.ts';
-import type { Customer, DeviceActor } from './device-actor.ts';
+import { NO_TRACKING, type ChangeTracker } from './change-tracker.ts';
+import { Customer } from './customer.ts';
+import type { DeviceActor } from './device-actor.ts';
 
 export class Workspace {
   readonly name: string;
   readonly devices = new Map<string, DeviceActor>();
   readonly customers = new Map<string, Customer>();
-  readonly catalog = new CatalogActor();
+  readonly catalog: CatalogActor;
+  readonly tracker: ChangeTracker;
 
-  constructor(name: string) {
+  constructor(name: string, tracker: ChangeTracker) {
     this.name = name;
+    this.tracker = tracker;
+    this.catalog = new CatalogActor(tracker);
   }
 
   customer(id: string): Customer {
     let customer = this.customers.get(id);
     if (customer === undefined) {
-      customer = { id, attributes: new Map() };
+      customer = new Customer(id, this.tracker.epoch);
       this.customers.set(id, customer);
     }
     return customer;
   }
 }
 
+export type TrackerFactory = (workspace: string) => ChangeTracker;
+
 export class Workspaces {
   private readonly byName = new Map<string, Workspace>();
+  private readonly trackerFor: TrackerFactory;
+
+  constructor(trackerFor: TrackerFactory = () => NO_TRACKING) {
+    this.trackerFor = trackerFor;
+  }
 
   get(name: string): Workspace {
     let ws = this.byName.get(name);
     if (ws === undefined) {
-      ws = new Workspace(name);
+      ws = new Workspace(name, this.trackerFor(name));
       this.byName.set(name, ws);
     }
     return ws;

@@ -11,6 +11,10 @@ export interface Settings {
   mappingMaxItems: number;
   journalMaxBatchRecords: number;
   commitMode: 'group' | 'sync';
+  snapshotIntervalMs: number;
+  snapshotEveryRecords: number;
+  snapshotSliceEntities: number;
+  journalRetentionSeconds: number;
   logLevel: string;
 }
 
@@ -40,6 +44,10 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'mappingMaxItems', env: 'MAPPING_MAX_ITEMS', flag: '--mapping-max-items', kind: 'integer', defaultValue: 100_000, min: 1, max: 10_000_000, description: 'most product ids in one mapping request' },
   { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
   { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },
+  { key: 'snapshotIntervalMs', env: 'SNAPSHOT_INTERVAL_MS', flag: '--snapshot-interval-ms', kind: 'integer', defaultValue: 300_000, min: 0, max: 86_400_000, description: 'take a snapshot this often when anything changed (0: not on a timer)' },
+  { key: 'snapshotEveryRecords', env: 'SNAPSHOT_EVERY_RECORDS', flag: '--snapshot-every-records', kind: 'integer', defaultValue: 1_000_000, min: 0, max: 1_000_000_000, description: 'also take a snapshot once this many records were journaled since the last one (0: never by count)' },
+  { key: 'snapshotSliceEntities', env: 'SNAPSHOT_SLICE_ENTITIES', flag: '--snapshot-slice-entities', kind: 'integer', defaultValue: 250, min: 1, max: 1_000_000, description: 'entities a snapshot writes between two turns of request handling' },
+  { key: 'journalRetentionSeconds', env: 'JOURNAL_RETENTION_SECONDS', flag: '--journal-retention-seconds', kind: 'integer', defaultValue: 0, min: 0, max: 100 * 365 * 86_400, description: 'delete journal records older than this once a snapshot covers them (0: keep the journal forever)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
 ];
 

@@ -60,9 +60,23 @@ export class Journal {
     return 0;
   }
 
+  /** The seq of the oldest stored record (retention trims from the front), null when empty. */
+  static firstSeq(db: Database<JournalRecord[], number>): number | null {
+    for (const key of db.getKeys({ limit: 1 })) return key;
+    return null;
+  }
+
   /** Why the journal stopped accepting writes, or null while it works. */
   get failed(): Error | null {
     return this.failure;
+  }
+
+  /**
+   * Makes the next seq follow `seq` at least: after retention emptied the journal, numbering goes
+   * on from the newest snapshot, so a seq is never used twice.
+   */
+  continueAfter(seq: number): void {
+    if (this.nextSeq <= seq) this.nextSeq = seq + 1;
   }
 
   /** Seq of the last record appended (committed or not). */
@@ -123,6 +137,17 @@ export class Journal {
     return true;
   }
 
+  /**
+   * Resolves once every record appended so far is durable; rejects if the journal failed (then
+   * or before). A snapshot covering position P waits on this before it calls itself complete.
+   */
+  whenDurable(): Promise<void> {
+    if (this.failure !== null) return Promise.reject(this.failure);
+    return new Promise((resolve, reject) => {
+      if (!this.afterPending({ committed: () => resolve(), failed: reject })) resolve();
+    });
+  }
+
   private flushNow(): void {
     this.flushScheduled = false;
     this.closeBatch();
@@ -147,6 +172,10 @@ export class Journal {
   }
 
   private settle(batch: Batch, error: Error | null, commitLatencyMs: number): void {
+    // lmdb-js also rejects a shared `commitError` promise that nobody else awaits; left alone,
+    // that unhandled rejection would end the process instead of this failure being reported.
+    const commitError = (error as { commitError?: unknown } | null)?.commitError;
+    if (commitError instanceof Promise) commitError.catch(() => undefined);
     const i = this.inFlight.indexOf(batch);
     if (i !== -1) this.inFlight.splice(i, 1);
     if (error !== null && this.failure === null) {

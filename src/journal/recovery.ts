@@ -1,20 +1,37 @@
-// Rebuilds the in-memory state from the journal before the server listens. Every record goes
-// through applyRecord, the same function live writes use. (A snapshot will later stand in for
-// the replayed prefix: recovery = snapshot + records after its seq.)
+// Rebuilds the in-memory state before the server listens: the newest complete snapshot, then
+// every journal record after the position it covers, through applyRecord (the function live
+// writes use). The export CLI rebuilds state the same way.
 import { applyRecord } from '../actors/apply.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import { Journal } from './journal.ts';
+import { loadSnapshot } from './snapshot-loader.ts';
+import { newestCompleteSnapshot } from './snapshot-writer.ts';
 import type { Store } from './store.ts';
 
 export interface RecoveryReport {
+  snapshotId: number | null;
+  snapshotSeq: number;
+  snapshotBytes: number;
+  snapshotMs: number;
   records: number;
+  replayMs: number;
   lastSeq: number;
-  durationMs: number;
 }
 
-export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner, afterSeq = 0): RecoveryReport {
-  const startedAt = performance.now();
+export class JournalGap extends Error {}
+
+export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner): RecoveryReport {
+  const started = performance.now();
+  const snapshot = newestCompleteSnapshot(store);
+  if (snapshot !== null) loadSnapshot(store, snapshot, workspaces, interner);
+  const afterSeq = snapshot?.seq ?? 0;
+  const loaded = performance.now();
+  const first = Journal.firstSeq(store.journal);
+  if (first !== null && first > afterSeq + 1) {
+    // Retention only trims what a snapshot covers; a gap means the data directory is damaged.
+    throw new JournalGap(`journal starts at seq ${first} but the newest snapshot covers only up to ${afterSeq}`);
+  }
   let records = 0;
   let lastSeq = afterSeq;
   for (const { seq, record } of Journal.read(store.journal, afterSeq)) {
@@ -22,5 +39,13 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
     records++;
     lastSeq = seq;
   }
-  return { records, lastSeq, durationMs: performance.now() - startedAt };
+  return {
+    snapshotId: snapshot?.id ?? null,
+    snapshotSeq: afterSeq,
+    snapshotBytes: snapshot?.bytes ?? 0,
+    snapshotMs: loaded - started,
+    records,
+    replayMs: performance.now() - loaded,
+    lastSeq,
+  };
 }

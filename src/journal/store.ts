@@ -14,6 +14,18 @@ export interface StoredKey {
   revokedAt: number | null;
 }
 
+/** A snapshot's description; `completedAt` is set only once every chunk is durable. */
+export interface SnapshotMeta {
+  id: number;
+  /** The journal position the snapshot covers: the state after record `seq`. */
+  seq: number;
+  startedAt: number;
+  completedAt: number | null;
+  chunks: number;
+  bytes: number;
+  entities: { devices: number; customers: number; products: number; collections: number; profiles: number };
+}
+
 export interface Store {
   root: RootDatabase;
   /** Batch key (seq of its first record) → the batch's records. */
@@ -22,6 +34,10 @@ export interface Store {
   keys: Database<StoredKey, string>;
   /** Small values: `keysVersion` (bumped on every key change). */
   meta: Database<number, string>;
+  /** Snapshot id → its description. */
+  snapshots: Database<SnapshotMeta, number>;
+  /** [snapshot id, chunk number] → msgpack array of entries (snapshot-format.ts). */
+  snapshotChunks: Database<Buffer, [number, number]>;
   close(): Promise<void>;
 }
 
@@ -33,11 +49,15 @@ export function openStore(dataDir: string): Store {
   const journal = root.openDB<JournalRecord[], number>({ name: 'journal' });
   const keys = root.openDB<StoredKey, string>({ name: 'keys' });
   const meta = root.openDB<number, string>({ name: 'meta' });
+  const snapshots = root.openDB<SnapshotMeta, number>({ name: 'snapshots' });
+  const snapshotChunks = root.openDB<Buffer, [number, number]>({ name: 'snapshot-chunks', encoding: 'binary' });
   return {
     root,
     journal,
     keys,
     meta,
+    snapshots,
+    snapshotChunks,
     close: () => root.close(),
   };
 }

@@ -51,6 +51,8 @@ export interface StartOptions {
   /** SERVICE_KEYS; null starts without any (first-start behaviour). */
   serviceKeys?: string | null;
   args?: string[];
+  /** A command the server runs under, e.g. ['prlimit', '--fsize=600000']. */
+  wrap?: string[];
 }
 
 const tempDirs: string[] = [];
@@ -69,7 +71,8 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   const env: NodeJS.ProcessEnv = { ...process.env, HOST: '127.0.0.1', PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', ...options.env };
   if (options.serviceKeys === null) delete env.SERVICE_KEYS;
   else env.SERVICE_KEYS = options.serviceKeys ?? DEFAULT_KEYS;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...(options.args ?? [])], {
+  const command = [...(options.wrap ?? []), process.execPath, '--import', 'tsx', 'src/main.ts', ...(options.args ?? [])];
+  const child = spawn(command[0]!, command.slice(1), {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -77,7 +80,8 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const logs: string[] = [];
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // 'close' comes after the process exited AND its output was read to the end.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not listen within 20 s; stderr: ${stderr}`)), 20_000);
     createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -149,7 +153,9 @@ export function runCli(script: 'export' | 'keys', args: string[], dataDir: strin
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dataDir },
     encoding: 'utf8',
+    maxBuffer: 1024 * 1024 * 1024,
   });
+  if (result.error) throw result.error;
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 

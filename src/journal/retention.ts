@@ -1,0 +1,42 @@
+// Optional journal retention by age. The journal is the event log and is kept unless the operator
+// sets a retention; even then a batch is deleted only when it is older than the retention AND the
+// newest complete snapshot covers every record in it, so recovery never needs what was deleted.
+import type { Store } from './store.ts';
+
+export interface TrimReport {
+  batches: number;
+  records: number;
+  /** The seq of the oldest record kept, or null when the journal is now empty. */
+  firstKeptSeq: number | null;
+}
+
+/** Most batches deleted per LMDB transaction, so trimming never holds the writer for long. */
+const TRIM_BATCHES_PER_TXN = 1_000;
+
+export async function trimJournal(store: Store, coveredSeq: number, olderThanMs: number): Promise<TrimReport> {
+  const report: TrimReport = { batches: 0, records: 0, firstKeptSeq: null };
+  for (;;) {
+    const doomed: number[] = [];
+    let stoppedAt: number | null = null;
+    for (const { key, value } of store.journal.getRange({ limit: TRIM_BATCHES_PER_TXN })) {
+      const lastSeq = key + value.length - 1;
+      const newest = value[value.length - 1];
+      if (lastSeq > coveredSeq || newest === undefined || newest.at >= olderThanMs) {
+        stoppedAt = key;
+        break;
+      }
+      doomed.push(key);
+      report.records += value.length;
+    }
+    if (doomed.length > 0) {
+      await store.root.transaction(() => {
+        for (const key of doomed) store.journal.removeSync(key);
+      });
+      report.batches += doomed.length;
+    }
+    if (stoppedAt !== null || doomed.length < TRIM_BATCHES_PER_TXN) {
+      report.firstKeptSeq = stoppedAt;
+      return report;
+    }
+  }
+}

@@ -1,0 +1,79 @@
+// Reads a snapshot back into workspaces: the state after record `seq` of the journal.
+import { Unpackr } from 'msgpackr';
+import { CatalogCollection, CatalogProduct } from '../actors/catalog-actor.ts';
+import { DeviceActor } from '../actors/device-actor.ts';
+import type { ProfileInterner } from '../actors/interner.ts';
+import type { Workspaces } from '../actors/workspace.ts';
+import type { LaunchInfoValue } from '../schemas/endpoints.ts';
+import {
+  ENTRY_COLLECTION,
+  ENTRY_CUSTOMER,
+  ENTRY_DEVICE,
+  ENTRY_PRODUCT,
+  ENTRY_PROFILE,
+  ENTRY_WORKSPACE,
+  type Entry,
+} from './snapshot-format.ts';
+import type { SnapshotMeta, Store } from './store.ts';
+
+const unpackr = new Unpackr({ useRecords: false });
+
+export class SnapshotCorrupt extends Error {}
+
+export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Workspaces, interner: ProfileInterner): void {
+  const names: string[] = [];
+  const profiles: LaunchInfoValue[] = [];
+  const wsOf = (index: number) => {
+    const name = names[index];
+    if (name === undefined) throw new SnapshotCorrupt(`snapshot ${meta.id}: workspace ${index} used before defined`);
+    return workspaces.get(name);
+  };
+  let chunks = 0;
+  for (const { key, value } of store.snapshotChunks.getRange({ start: [meta.id, 0], end: [meta.id + 1, 0] })) {
+    if (key[1] !== chunks) throw new SnapshotCorrupt(`snapshot ${meta.id}: chunk ${chunks} missing`);
+    chunks++;
+    const entries = unpackr.unpack(value) as Entry[];
+    for (const entry of entries) {
+      switch (entry[0]) {
+        case ENTRY_WORKSPACE:
+          names[entry[1]] = entry[2];
+          break;
+        case ENTRY_PROFILE:
+          profiles[entry[1]] = interner.intern(entry[2]);
+          break;
+        case ENTRY_DEVICE: {
+          const [, wsIndex, did, sid, profileIndex, customer, loggedOut, tokens, anonymous] = entry;
+          const ws = wsOf(wsIndex);
+          const profile = profiles[profileIndex];
+          if (profile === undefined) throw new SnapshotCorrupt(`snapshot ${meta.id}: profile ${profileIndex} used before defined`);
+          const device = new DeviceActor(did, sid, profile, 0);
+          if (customer !== null) device.customer = ws.customer(customer);
+          device.loggedOut = loggedOut === 1;
+          device.tokens = tokens;
+          if (anonymous !== null) device.anonymous = new Map(anonymous.map(([name, type, value]) => [name, { type, value }]));
+          ws.devices.set(did, device);
+          break;
+        }
+        case ENTRY_CUSTOMER: {
+          const customer = wsOf(entry[1]).customer(entry[2]);
+          for (const [name, type, value] of entry[3]) customer.attributes.set(name, { type, value });
+          break;
+        }
+        case ENTRY_PRODUCT: {
+          const product = new CatalogProduct(entry[2], 0);
+          Object.assign(product.fields, entry[3]);
+          wsOf(entry[1]).catalog.products.set(product.id, product);
+          break;
+        }
+        case ENTRY_COLLECTION: {
+          const collection = new CatalogCollection(entry[2], 0);
+          Object.assign(collection.fields, entry[3]);
+          for (const member of entry[4]) collection.members.add(member);
+          wsOf(entry[1]).catalog.restoreCollection(collection);
+          break;
+        }
+      }
+    }
+  }
+  if (chunks !== meta.chunks) throw new SnapshotCorrupt(`snapshot ${meta.id}: ${chunks} of ${meta.chunks} chunks`);
+}

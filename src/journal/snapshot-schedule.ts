@@ -1,0 +1,78 @@
+// When snapshots are taken: on a timer, after a number of journaled records, on SIGUSR2, and at
+// graceful stop. After each snapshot, retention (if set) trims what the snapshot covers.
+import type { Logger } from '../telemetry/logger.ts';
+import type { Journal } from './journal.ts';
+import { trimJournal } from './retention.ts';
+import type { SnapshotWriter } from './snapshot-writer.ts';
+import type { Store } from './store.ts';
+
+export interface ScheduleSettings {
+  snapshotIntervalMs: number;
+  snapshotEveryRecords: number;
+  journalRetentionSeconds: number;
+}
+
+/** Retention runs at least this often even when no snapshot is due. */
+const TRIM_EVERY_MS = 60_000;
+
+export class SnapshotSchedule {
+  private timer: NodeJS.Timeout | null = null;
+  private lastSnapshotAt = Date.now();
+  private lastTrimAt = 0;
+  private trimming = false;
+
+  constructor(
+    private readonly writer: SnapshotWriter,
+    private readonly journal: Journal,
+    private readonly store: Store,
+    private readonly settings: ScheduleSettings,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    const { snapshotIntervalMs } = this.settings;
+    const checkEveryMs = snapshotIntervalMs > 0 ? Math.min(1000, snapshotIntervalMs) : 1000;
+    this.timer = setInterval(() => this.tick(), checkEveryMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Takes a snapshot now (unless one is running or nothing changed). */
+  async snapshotNow(reason: string): Promise<void> {
+    this.lastSnapshotAt = Date.now();
+    const meta = await this.writer.snapshot(reason);
+    if (meta !== null) await this.trim();
+  }
+
+  private tick(): void {
+    if (this.writer.isRunning) return;
+    const { snapshotIntervalMs, snapshotEveryRecords } = this.settings;
+    const behind = this.journal.lastAppendedSeq - this.writer.lastCoveredSeq;
+    if (behind > 0 && snapshotEveryRecords > 0 && behind >= snapshotEveryRecords) {
+      void this.snapshotNow(`${behind} records since the last snapshot`);
+    } else if (behind > 0 && snapshotIntervalMs > 0 && Date.now() - this.lastSnapshotAt >= snapshotIntervalMs) {
+      void this.snapshotNow('interval');
+    } else if (Date.now() - this.lastTrimAt >= TRIM_EVERY_MS) {
+      void this.trim();
+    }
+  }
+
+  private async trim(): Promise<void> {
+    const retentionMs = this.settings.journalRetentionSeconds * 1000;
+    if (retentionMs === 0 || this.trimming) return;
+    this.trimming = true;
+    this.lastTrimAt = Date.now();
+    try {
+      const report = await trimJournal(this.store, this.writer.lastCoveredSeq, Date.now() - retentionMs);
+      if (report.batches > 0) this.log.info({ ...report, coveredSeq: this.writer.lastCoveredSeq }, 'journal trimmed by retention');
+    } catch (error) {
+      this.log.error({ err: error }, 'journal retention failed');
+    } finally {
+      this.trimming = false;
+    }
+  }
+}

@@ -1,0 +1,245 @@
+// Writes snapshots: the exact in-memory state at one journal position P, without stopping the
+// server. The walk visits every entity in slices of bounded size, yielding to the event loop
+// between slices, so requests keep flowing. Requests that change an entity the walk has not
+// reached yet make it write that entity first, as it was at P (copy-on-write through the
+// actors' ChangeTracker calls); entities created after P carry the snapshot's epoch and are left
+// out. The result is the state after record P, exactly, whatever ran during the walk.
+//
+// Each slice's entries become one chunk (one LMDB value). The snapshot's meta gets `completedAt`
+// only after every chunk is durable and every record up to P is durable, so a crash mid-way
+// leaves an incomplete snapshot that recovery ignores, and the previous one stays usable.
+import { Packr } from 'msgpackr';
+import type { ChangeTracker, TrackedEntity } from '../actors/change-tracker.ts';
+import type { Workspace, Workspaces } from '../actors/workspace.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Journal } from './journal.ts';
+import { SnapshotEncoder } from './snapshot-format.ts';
+import type { SnapshotMeta, Store } from './store.ts';
+
+/** Chunk writes allowed in flight before the walk waits (bounds the memory a snapshot holds). */
+const MAX_CHUNKS_IN_FLIGHT = 8;
+
+export class SnapshotAborted extends Error {
+  constructor() {
+    super('snapshot aborted');
+  }
+}
+
+const packr = new Packr({ useRecords: false });
+
+export function encodeChunk(entries: unknown[]): Buffer {
+  return packr.pack(entries);
+}
+
+/** One snapshot being written. */
+class RunningSnapshot {
+  readonly encoder = new SnapshotEncoder();
+  chunks = 0;
+  bytes = 0;
+  aborted = false;
+  private readonly inFlight: Array<Promise<unknown>> = [];
+
+  constructor(
+    private readonly store: Store,
+    readonly meta: SnapshotMeta,
+    readonly epoch: number,
+    private readonly chunkEntities: number,
+  ) {}
+
+  /** Writes `entity` as it is now and marks it written. */
+  capture(workspace: string, entity: TrackedEntity): void {
+    entity.snapEpoch = this.epoch;
+    this.encoder.add(workspace, entity);
+    // Copy-on-write captures can come in bursts (a delete touching many collections); keep
+    // chunks bounded without waiting here, inside a request.
+    if (this.encoder.pending >= this.chunkEntities * 4) this.flushChunk();
+  }
+
+  flushChunk(): void {
+    if (this.encoder.pending === 0) return;
+    const buffer = encodeChunk(this.encoder.take());
+    const chunk = this.chunks++;
+    this.bytes += buffer.length;
+    const write = this.store.snapshotChunks.put([this.meta.id, chunk], buffer);
+    this.inFlight.push(write);
+    void write.then(
+      () => this.inFlight.splice(this.inFlight.indexOf(write), 1),
+      () => undefined,
+    );
+  }
+
+  /** Waits while too many chunk writes are in flight (rejects if one failed). */
+  async backpressure(): Promise<void> {
+    while (this.inFlight.length > MAX_CHUNKS_IN_FLIGHT) await this.inFlight[0];
+  }
+
+  async allWritten(): Promise<void> {
+    await Promise.all([...this.inFlight]);
+  }
+}
+
+export interface SnapshotWriterOptions {
+  /** Entities serialized per slice between requests (and per chunk). */
+  sliceEntities: number;
+}
+
+export class SnapshotWriter {
+  private readonly store: Store;
+  private readonly journal: Journal;
+  private readonly workspaces: () => Workspaces;
+  private readonly log: Logger;
+  private readonly sliceEntities: number;
+  /** The current (or last) snapshot's epoch: new entities are stamped with it. */
+  private epoch = 0;
+  private running: RunningSnapshot | null = null;
+  private runningDone: Promise<SnapshotMeta | null> | null = null;
+  private nextId: number;
+  /** The seq covered by the newest complete snapshot (0: none). */
+  private coveredSeq: number;
+
+  constructor(store: Store, journal: Journal, workspaces: () => Workspaces, log: Logger, options: SnapshotWriterOptions) {
+    this.store = store;
+    this.journal = journal;
+    this.workspaces = workspaces;
+    this.log = log;
+    this.sliceEntities = options.sliceEntities;
+    let lastId = 0;
+    for (const key of store.snapshots.getKeys({ reverse: true, limit: 1 })) lastId = key;
+    for (const key of store.snapshotChunks.getKeys({ reverse: true, limit: 1 })) lastId = Math.max(lastId, key[0]);
+    this.nextId = lastId + 1;
+    this.coveredSeq = newestCompleteSnapshot(store)?.seq ?? 0;
+  }
+
+  /** The change tracker of one workspace's actors. */
+  trackerFor(workspace: string): ChangeTracker {
+    const writer = this;
+    return {
+      get epoch() {
+        return writer.epoch;
+      },
+      beforeChange(entity: TrackedEntity) {
+        const running = writer.running;
+        if (running !== null && entity.snapEpoch !== running.epoch) running.capture(workspace, entity);
+      },
+    };
+  }
+
+  get isRunning(): boolean {
+    return this.running !== null;
+  }
+
+  /** The seq the newest complete snapshot covers. */
+  get lastCoveredSeq(): number {
+    return this.coveredSeq;
+  }
+
+  /**
+   * Starts a snapshot of the state at the journal's current position unless one is running or
+   * nothing changed since the last one. Resolves to its meta, or null when none was needed or it
+   * was aborted.
+   */
+  snapshot(reason: string): Promise<SnapshotMeta | null> {
+    if (this.runningDone !== null) return this.runningDone;
+    const seq = this.journal.lastAppendedSeq;
+    if (seq === this.coveredSeq) return Promise.resolve(null);
+    const meta: SnapshotMeta = {
+      id: this.nextId++,
+      seq,
+      startedAt: Date.now(),
+      completedAt: null,
+      chunks: 0,
+      bytes: 0,
+      entities: { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0 },
+    };
+    const running = new RunningSnapshot(this.store, meta, ++this.epoch, this.sliceEntities);
+    this.running = running;
+    this.log.info({ snapshot: meta.id, seq, reason }, 'snapshot started');
+    const done = this.write(running).then(
+      (written) => {
+        this.log.info({ snapshot: written.id, seq: written.seq, bytes: written.bytes, chunks: written.chunks, durationMs: (written.completedAt ?? 0) - written.startedAt, ...written.entities }, 'snapshot written');
+        return written;
+      },
+      (error: unknown) => {
+        if (error instanceof SnapshotAborted) this.log.info({ snapshot: meta.id }, 'snapshot aborted');
+        else this.log.error({ err: error, snapshot: meta.id }, 'snapshot failed; the previous one stays in use');
+        return null;
+      },
+    );
+    this.runningDone = done.finally(() => {
+      this.running = null;
+      this.runningDone = null;
+    });
+    return this.runningDone;
+  }
+
+  /** Stops a running snapshot at its next slice; it stays incomplete and is cleaned up later. */
+  async abort(): Promise<void> {
+    if (this.running === null) return;
+    this.running.aborted = true;
+    await this.runningDone;
+  }
+
+  private async write(running: RunningSnapshot): Promise<SnapshotMeta> {
+    const sliceEntities = this.sliceEntities;
+    let inSlice = 0;
+    /** Writes the entity unless already written; true when the slice is full. */
+    const visit = (ws: Workspace, entity: TrackedEntity): boolean => {
+      if (entity.snapEpoch !== running.epoch) running.capture(ws.name, entity);
+      return ++inSlice >= sliceEntities;
+    };
+    const endSlice = async (): Promise<void> => {
+      inSlice = 0;
+      running.flushChunk();
+      await yieldToRequests();
+      if (running.aborted) throw new SnapshotAborted();
+      await running.backpressure();
+    };
+    // Maps iterate live: entries added after P are visited too, and skipped by their epoch;
+    // entries deleted before being reached were captured by the delete.
+    for (const ws of [...this.workspaces().all()]) {
+      for (const device of ws.devices.values()) if (visit(ws, device)) await endSlice();
+      for (const customer of ws.customers.values()) if (visit(ws, customer)) await endSlice();
+      for (const product of ws.catalog.products.values()) if (visit(ws, product)) await endSlice();
+      for (const collection of ws.catalog.collections.values()) if (visit(ws, collection)) await endSlice();
+    }
+    running.flushChunk();
+    await running.allWritten();
+    // Every record up to P must be durable before the snapshot may stand in for them.
+    await this.journal.whenDurable();
+    if (running.aborted) throw new SnapshotAborted();
+    const meta: SnapshotMeta = {
+      ...running.meta,
+      completedAt: Date.now(),
+      chunks: running.chunks,
+      bytes: running.bytes,
+      entities: { ...running.encoder.counts },
+    };
+    await this.store.snapshots.put(meta.id, meta);
+    this.coveredSeq = meta.seq;
+    await removeSnapshotsBefore(this.store, meta.id);
+    return meta;
+  }
+}
+
+function yieldToRequests(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** The newest snapshot whose every chunk is durable, or null. */
+export function newestCompleteSnapshot(store: Store): SnapshotMeta | null {
+  for (const { value } of store.snapshots.getRange({ reverse: true })) {
+    if (value.completedAt !== null) return value;
+  }
+  return null;
+}
+
+/** Deletes every snapshot (complete or not) older than `id`, chunks first. */
+export async function removeSnapshotsBefore(store: Store, id: number): Promise<void> {
+  const chunkKeys = [...store.snapshotChunks.getKeys({ end: [id, 0] })];
+  const metaKeys = [...store.snapshots.getKeys({ end: id })];
+  if (chunkKeys.length === 0 && metaKeys.length === 0) return;
+  await store.root.transaction(() => {
+    for (const key of chunkKeys) store.snapshotChunks.removeSync(key);
+    for (const key of metaKeys) store.snapshots.removeSync(key);
+  });
+}

@@ -1,0 +1,174 @@
+// A snapshot is the state after record P, exactly, even though it is written in slices while
+// writes keep changing the state. Property test with the real actors, journal, LMDB and snapshot
+// writer: random writes of every kind run between the slices of many snapshots (tiny slices, so
+// almost every write hits an entity the walk has not reached: copy-on-write, deletes, creations);
+// each finished snapshot, loaded, must equal a plain replay of the journal up to its P.
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { pino } from 'pino';
+import { applyRecord } from '../src/actors/apply.ts';
+import { Intake, type Reply } from '../src/actors/intake.ts';
+import { ProfileInterner } from '../src/actors/interner.ts';
+import { collectionViews, customerViews, deviceView, productViews } from '../src/actors/views.ts';
+import { Workspaces } from '../src/actors/workspace.ts';
+import { Journal } from '../src/journal/journal.ts';
+import { loadSnapshot } from '../src/journal/snapshot-loader.ts';
+import { SnapshotWriter } from '../src/journal/snapshot-writer.ts';
+import { openStore, type SnapshotMeta, type Store } from '../src/journal/store.ts';
+import { seededRandom } from '../bench/lib/random.ts';
+import { LAUNCH_INFO, T0, tempDataDir } from './helpers/server.ts';
+
+
+const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {} };
+
+/** Random valid writes through the intake, over a small id space so entities are hit often. */
+class Workload {
+  private readonly dids: string[] = [];
+  private n = 0;
+  constructor(
+    private readonly intake: Intake,
+    private readonly workspaces: Workspaces,
+    private readonly rnd: () => number,
+  ) {}
+
+  private pick<T>(list: readonly T[]): T {
+    return list[Math.floor(this.rnd() * list.length)]!;
+  }
+
+  step(): void {
+    const ws = this.workspaces.get(this.rnd() < 0.8 ? 'a' : 'b');
+    const did = this.dids.length > 0 ? this.pick(this.dids) : undefined;
+    const pid = `p${Math.floor(this.rnd() * 40)}`;
+    const cid = `c${Math.floor(this.rnd() * 8)}`;
+    const at = T0 + ++this.n;
+    const r = this.rnd();
+    const attrs = () => [
+      { name: this.pick(['email', 'tier', 'age']), value: this.rnd() < 0.2 ? null : `v${this.n}`, type: 'string' as const },
+    ];
+    if (r < 0.12 || did === undefined) {
+      const reply: Reply = { ...ignore, succeed: (body: string) => this.dids.push((JSON.parse(body) as { did: string }).did) };
+      const info = { ...LAUNCH_INFO, appVersionName: this.pick(['1.0', '2.0', '3.0']), firstTime: this.rnd() < 0.5 };
+      this.intake.appLaunch(ws, { timestamp: at, info, did: this.rnd() < 0.5 ? did ?? null : null } as never, at, reply);
+    } else if (r < 0.3) this.intake.trackEvent(ws, { did, name: 'e', timestamp: at } as never, at, ignore);
+    else if (r < 0.42) {
+      const body = this.rnd() < 0.6 ? { did, clientCustomerId: `u${Math.floor(this.rnd() * 10)}`, timestamp: at, info: attrs() } : { did, timestamp: at, info: attrs() };
+      this.intake.identify(ws, body as never, at, ignore);
+    } else if (r < 0.5) this.intake.pushToken(ws, { did, type: this.pick(['fcm', 'apns']), token: `t${this.n}`, timestamp: at } as never, at, ignore);
+    else if (r < 0.53) this.intake.logout(ws, { did }, at, ignore);
+    else if (r < 0.68) this.intake.productUpsert(ws, { id: pid, name: `n${this.n}`, price: this.rnd() < 0.2 ? null : this.n } as never, at, ignore);
+    else if (r < 0.73) this.intake.productDelete(ws, pid, at, ignore);
+    else if (r < 0.8) this.intake.collectionUpsert(ws, { id: cid, name: `c${this.n}`, url: this.rnd() < 0.3 ? null : 'u' } as never, at, ignore);
+    else if (r < 0.83) this.intake.collectionDelete(ws, cid, at, ignore);
+    else {
+      const products = Array.from({ length: 1 + Math.floor(this.rnd() * 6) }, () => `p${Math.floor(this.rnd() * 40)}`);
+      // Adds only of existing products, so most adds are accepted.
+      const existing = products.filter((p) => ws.catalog.products.has(p));
+      if (this.rnd() < 0.7 && existing.length > 0) this.intake.mappingAdd(ws, cid, { products: existing }, at, ignore);
+      else this.intake.mappingRemove(ws, cid, { products }, at, ignore);
+    }
+  }
+}
+
+function views(workspaces: Workspaces): unknown {
+  const byKey = <T extends Record<string, unknown>>(rows: T[], key: (r: T) => string) => rows.sort((x, y) => key(x).localeCompare(key(y)));
+  const devices: Record<string, unknown>[] = [];
+  const customers: Record<string, unknown>[] = [];
+  const products: Record<string, unknown>[] = [];
+  const collections: Record<string, unknown>[] = [];
+  for (const ws of workspaces.all()) {
+    for (const d of ws.devices.values()) devices.push(deviceView(ws.name, d));
+    for (const c of customerViews(ws)) customers.push({ ...c, devices: [...(c.devices as string[])].sort() });
+    products.push(...productViews(ws.name, ws.catalog));
+    collections.push(...collectionViews(ws.name, ws.catalog));
+  }
+  const key = (r: Record<string, unknown>) => `${r.workspace}/${r.did ?? r.id}`;
+  return { devices: byKey(devices, key), customers: byKey(customers, key), products: byKey(products, key), collections: byKey(collections, key) };
+}
+
+function replayUpTo(store: Store, seq: number): unknown {
+  const workspaces = new Workspaces();
+  const interner = new ProfileInterner();
+  for (const { seq: s, record } of Journal.read(store.journal)) {
+    if (s > seq) break;
+    applyRecord(workspaces, interner, record);
+  }
+  return views(workspaces);
+}
+
+function fromSnapshot(store: Store, id: number): unknown {
+  const meta = store.snapshots.get(id);
+  assert.ok(meta?.completedAt, `snapshot ${id} is complete`);
+  const workspaces = new Workspaces();
+  loadSnapshot(store, meta, workspaces, new ProfileInterner());
+  return views(workspaces);
+}
+
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe('snapshot exactness', () => {
+  for (const seed of [1, 2, 3]) {
+    test(`seed ${seed}: 12 snapshots written while random writes run between their slices equal a replay up to their seq`, async () => {
+      const store = openStore(tempDataDir());
+      const rnd = seededRandom(seed);
+      let writer: SnapshotWriter | null = null;
+      const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+      const journal = new Journal(store.journal, 'group', 8192);
+      writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 2 });
+      const intake = new Intake(workspaces, journal);
+      const workload = new Workload(intake, workspaces, rnd);
+      try {
+        for (let i = 0; i < 300; i++) workload.step();
+        let checked = 0;
+        for (let round = 0; round < 12; round++) {
+          let done = false;
+          const snapshot: Promise<SnapshotMeta | null> = writer.snapshot(`round ${round}`).then((meta) => {
+            done = true;
+            return meta;
+          });
+          while (!done) {
+            for (let i = 0, n = Math.floor(rnd() * 6); i < n; i++) workload.step();
+            await turn();
+          }
+          const meta = await snapshot;
+          assert.ok(meta !== null, 'the snapshot finished');
+          await journal.drain();
+          assert.deepEqual(fromSnapshot(store, meta.id), replayUpTo(store, meta.seq), `snapshot ${meta.id} at seq ${meta.seq}`);
+          checked++;
+          for (let i = 0, n = Math.floor(rnd() * 200); i < n; i++) workload.step();
+        }
+        assert.equal(checked, 12);
+        // Only the newest complete snapshot is kept.
+        assert.equal([...store.snapshots.getKeys()].length, 1);
+      } finally {
+        await journal.drain();
+        await store.close();
+      }
+    });
+  }
+
+  test('an aborted snapshot is never used; the previous complete one stays', async () => {
+    const store = openStore(tempDataDir());
+    let writer: SnapshotWriter | null = null;
+    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+    const journal = new Journal(store.journal, 'group', 8192);
+    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
+    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(9));
+    try {
+      for (let i = 0; i < 200; i++) workload.step();
+      const first = await writer.snapshot('first');
+      assert.ok(first);
+      for (let i = 0; i < 200; i++) workload.step();
+      const second = writer.snapshot('second');
+      await turn();
+      await writer.abort();
+      assert.equal(await second, null);
+      const metas = [...store.snapshots.getRange()].map(({ value }) => value);
+      assert.deepEqual(metas.map((m) => [m.id, m.completedAt !== null]), [[first.id, true]]);
+      await journal.drain();
+      assert.deepEqual(fromSnapshot(store, first.id), replayUpTo(store, first.seq));
+    } finally {
+      await journal.drain();
+      await store.close();
+    }
+  });
+});
