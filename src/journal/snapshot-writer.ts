@@ -5,7 +5,7 @@
 // actors' ChangeTracker calls); entities created after P carry the snapshot's epoch and are left
 // out. The result is the state after record P, exactly, whatever ran during the walk.
 //
-// Each slice's entries become one chunk (one LMDB value). The snapshot's meta gets `completedAt`
+// Entries are written in chunks of up to 2,000 (one LMDB value each). The snapshot's meta gets `completedAt`
 // only after every chunk is durable and every record up to P is durable, so a crash mid-way
 // leaves an incomplete snapshot that recovery ignores, and the previous one stays usable.
 import { Packr } from 'msgpackr';
@@ -18,6 +18,8 @@ import type { SnapshotMeta, Store } from './store.ts';
 
 /** Chunk writes allowed in flight before the walk waits (bounds the memory a snapshot holds). */
 const MAX_CHUNKS_IN_FLIGHT = 8;
+/** Entries per chunk (one LMDB value, ~100 KB for devices); slices can be much smaller. */
+const CHUNK_ENTRIES = 2000;
 
 export class SnapshotAborted extends Error {
   constructor() {
@@ -43,18 +45,18 @@ class RunningSnapshot {
     private readonly store: Store,
     readonly meta: SnapshotMeta,
     readonly epoch: number,
-    private readonly chunkEntities: number,
   ) {}
 
   /** Writes `entity` as it is now and marks it written. */
   capture(workspace: string, entity: TrackedEntity): void {
     entity.snapEpoch = this.epoch;
     this.encoder.add(workspace, entity);
-    // Copy-on-write captures can come in bursts (a delete touching many collections); keep
-    // chunks bounded without waiting here, inside a request.
-    if (this.encoder.pending >= this.chunkEntities * 4) this.flushChunk();
+    // Captures come from the walk and from requests (copy-on-write); either way a full chunk
+    // goes to LMDB without waiting here.
+    if (this.encoder.pending >= CHUNK_ENTRIES) this.flushChunk();
   }
 
+  /** Hands the pending entries to LMDB as one chunk. */
   flushChunk(): void {
     if (this.encoder.pending === 0) return;
     const buffer = encodeChunk(this.encoder.take());
@@ -151,7 +153,7 @@ export class SnapshotWriter {
       bytes: 0,
       entities: { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0 },
     };
-    const running = new RunningSnapshot(this.store, meta, ++this.epoch, this.sliceEntities);
+    const running = new RunningSnapshot(this.store, meta, ++this.epoch);
     this.running = running;
     this.log.info({ snapshot: meta.id, seq, reason }, 'snapshot started');
     const done = this.write(running).then(
@@ -189,7 +191,6 @@ export class SnapshotWriter {
     };
     const endSlice = async (): Promise<void> => {
       inSlice = 0;
-      running.flushChunk();
       await yieldToRequests();
       if (running.aborted) throw new SnapshotAborted();
       await running.backpressure();
