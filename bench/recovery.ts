@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { launchDevices, productsInCollections, someDevices, trackEvents } from './lib/populate.ts';
-import { BENCH_KEY, ROOT, startIntake } from './lib/servers.ts';
+import { BENCH_KEY, ROOT, serverCommand, startIntake } from './lib/servers.ts';
+import { runBench } from './lib/report.ts';
 
 const devices = Number(process.argv[2] ?? 1_000_000);
 const events = Number(process.argv[3] ?? 5_000_000);
@@ -24,7 +25,7 @@ const COLLECTIONS = 1_000;
 /** Spawns the server and resolves with the ms from spawn until /readyz is 200, and its logs. */
 async function timedStart(dataDir: string): Promise<{ ms: number; url: string; logs: string[]; kill(): Promise<void> }> {
   const started = performance.now();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(process.execPath, serverCommand(), {
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dataDir, SERVICE_KEYS: BENCH_KEY, HOST: '127.0.0.1', PORT: '0' },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -97,7 +98,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? error.stack : String(error)}\n`);
-  process.exit(1);
-});
+runBench(main);

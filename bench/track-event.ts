@@ -4,6 +4,7 @@
 import { BENCH_KEY, startBareUws, startIntake } from './lib/servers.ts';
 import { runLoad, type LoadResult } from './lib/load.ts';
 import { LAUNCH_BODY } from './lib/bodies.ts';
+import { runBench } from './lib/report.ts';
 
 const durationSec = Number(process.argv[2] ?? 10);
 const connections = Number(process.argv[3] ?? 256);
@@ -60,7 +61,4 @@ async function main(): Promise<void> {
   );
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? error.stack : String(error)}\n`);
-  process.exit(1);
-});
+runBench(main);

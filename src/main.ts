@@ -17,6 +17,7 @@ import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
 import { createLogger } from './telemetry/logger.ts';
 import { Metrics } from './telemetry/metrics.ts';
+import { MappingPool } from './workers/mapping-pool.ts';
 
 /** How often the server looks for key changes made by the keys CLI (CONTRACT.md §1: within 1 s). */
 const KEYS_POLL_MS = 250;
@@ -106,7 +107,8 @@ async function main(): Promise<void> {
   schedule.start();
 
   const validators = buildValidators(settings);
-  const routes = buildWriteRoutes(intake, validators, metrics);
+  const pool = new MappingPool(settings);
+  const routes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
   const server = await startHttpServer({
     settings,
     auth,
@@ -117,7 +119,7 @@ async function main(): Promise<void> {
     openApiJson: JSON.stringify(buildOpenApi(routes, version)),
     journalFailure: () => journal.failed,
   });
-  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir }, 'listening');
+  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers }, 'listening');
 
   let stopping = false;
   const stop = async (signal: string): Promise<void> => {
@@ -133,6 +135,7 @@ async function main(): Promise<void> {
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
     await journal.drain();
+    await pool.close();
     // A snapshot started earlier covers an older position: replace it with one of the final state.
     await writer!.abort();
     if (journal.failed === null) {

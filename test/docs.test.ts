@@ -32,6 +32,6 @@ test('README "Errors" lists exactly the error table (type and status)', () => {
 
 test('README "Configuration" lists every setting with its variable, flag and default', () => {
   const documented = tableAfter('## Configuration').map(([env, flag, def]) => [unquote(env!), unquote(flag!), unquote(def!)]);
-  const actual = SETTINGS.map((s) => [s.env, s.flag, s.defaultValue === '' ? '(none)' : String(s.defaultValue)]);
+  const actual = SETTINGS.map((s) => [s.env, s.flag, s.defaultLabel ?? (s.defaultValue === '' ? '(none)' : String(s.defaultValue))]);
   assert.deepEqual(documented, actual);
 });

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createKey, KeyError, revokeKey, storedKeys } from '../src/auth/key-store.ts';
 import { SETTINGS } from '../src/config/settings.ts';
 import { openStore, STORE_FILE } from '../src/journal/store.ts';
+import { serverCommand } from '../bench/lib/servers.ts';
 import { exportLines, launch, ROOT, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
 const CREATED_LINE = /^created workspace default, service key: (\S+)$/m;
@@ -146,7 +147,7 @@ describe('npm start', () => {
 
 describe('settings', () => {
   const run = (args: string[], env: Record<string, string> = {}) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+    spawnSync(process.execPath, [...serverCommand(), ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
 
   test('--help lists every setting with its variable, flag and default, and exits 0', () => {
     const res = run(['--help']);
@@ -154,7 +155,7 @@ describe('settings', () => {
     for (const s of SETTINGS) {
       assert.ok(res.stdout.includes(s.env), `${s.env} in --help`);
       assert.ok(res.stdout.includes(s.flag), `${s.flag} in --help`);
-      assert.ok(res.stdout.includes(s.defaultValue === '' ? '(none)' : String(s.defaultValue)), `${s.key} default`);
+      assert.ok(res.stdout.includes(s.defaultLabel ?? (s.defaultValue === '' ? '(none)' : String(s.defaultValue))), `${s.key} default`);
     }
   });
 

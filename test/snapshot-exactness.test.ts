@@ -19,7 +19,7 @@ import { seededRandom } from '../bench/lib/random.ts';
 import { LAUNCH_INFO, T0, tempDataDir } from './helpers/server.ts';
 
 
-const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {} };
+const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {}, crashed(error) { throw error; } };
 
 /** Random valid writes through the intake, over a small id space so entities are hit often. */
 class Workload {
@@ -48,23 +48,23 @@ class Workload {
     if (r < 0.12 || did === undefined) {
       const reply: Reply = { ...ignore, succeed: (body: string) => this.dids.push((JSON.parse(body) as { did: string }).did) };
       const info = { ...LAUNCH_INFO, appVersionName: this.pick(['1.0', '2.0', '3.0']), firstTime: this.rnd() < 0.5 };
-      this.intake.appLaunch(ws, { timestamp: at, info, did: this.rnd() < 0.5 ? did ?? null : null } as never, at, reply);
-    } else if (r < 0.3) this.intake.trackEvent(ws, { did, name: 'e', timestamp: at } as never, at, ignore);
+      this.intake.devices.appLaunch(ws, { timestamp: at, info, did: this.rnd() < 0.5 ? did ?? null : null } as never, at, reply);
+    } else if (r < 0.3) this.intake.devices.trackEvent(ws, { did, name: 'e', timestamp: at } as never, at, ignore);
     else if (r < 0.42) {
       const body = this.rnd() < 0.6 ? { did, clientCustomerId: `u${Math.floor(this.rnd() * 10)}`, timestamp: at, info: attrs() } : { did, timestamp: at, info: attrs() };
-      this.intake.identify(ws, body as never, at, ignore);
-    } else if (r < 0.5) this.intake.pushToken(ws, { did, type: this.pick(['fcm', 'apns']), token: `t${this.n}`, timestamp: at } as never, at, ignore);
-    else if (r < 0.53) this.intake.logout(ws, { did }, at, ignore);
-    else if (r < 0.68) this.intake.productUpsert(ws, { id: pid, name: `n${this.n}`, price: this.rnd() < 0.2 ? null : this.n } as never, at, ignore);
-    else if (r < 0.73) this.intake.productDelete(ws, pid, at, ignore);
-    else if (r < 0.8) this.intake.collectionUpsert(ws, { id: cid, name: `c${this.n}`, url: this.rnd() < 0.3 ? null : 'u' } as never, at, ignore);
-    else if (r < 0.83) this.intake.collectionDelete(ws, cid, at, ignore);
+      this.intake.devices.identify(ws, body as never, at, ignore);
+    } else if (r < 0.5) this.intake.devices.pushToken(ws, { did, type: this.pick(['fcm', 'apns']), token: `t${this.n}`, timestamp: at } as never, at, ignore);
+    else if (r < 0.53) this.intake.devices.logout(ws, { did }, at, ignore);
+    else if (r < 0.68) this.intake.catalog.productUpsert(ws, { id: pid, name: `n${this.n}`, price: this.rnd() < 0.2 ? null : this.n } as never, at, ignore);
+    else if (r < 0.73) this.intake.catalog.productDelete(ws, pid, at, ignore);
+    else if (r < 0.8) this.intake.catalog.collectionUpsert(ws, { id: cid, name: `c${this.n}`, url: this.rnd() < 0.3 ? null : 'u' } as never, at, ignore);
+    else if (r < 0.83) this.intake.catalog.collectionDelete(ws, cid, at, ignore);
     else {
       const products = Array.from({ length: 1 + Math.floor(this.rnd() * 6) }, () => `p${Math.floor(this.rnd() * 40)}`);
       // Adds only of existing products, so most adds are accepted.
       const existing = products.filter((p) => ws.catalog.products.has(p));
-      if (this.rnd() < 0.7 && existing.length > 0) this.intake.mappingAdd(ws, cid, { products: existing }, at, ignore);
-      else this.intake.mappingRemove(ws, cid, { products }, at, ignore);
+      if (this.rnd() < 0.7 && existing.length > 0) this.intake.catalog.mapping(ws, cid, true, existing, at, ignore);
+      else this.intake.catalog.mapping(ws, cid, false, products, at, ignore);
     }
   }
 }
@@ -145,6 +145,58 @@ describe('snapshot exactness', () => {
       }
     });
   }
+
+  test('big mappings applied in slices, with writes queued behind them, while snapshots run', async () => {
+    const store = openStore(tempDataDir());
+    const rnd = seededRandom(42);
+    let writer: SnapshotWriter | null = null;
+    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+    const journal = new Journal(store.journal, 'group', 8192);
+    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 50 });
+    const intake = new Intake(workspaces, journal);
+    const ws = workspaces.get('a');
+    const productIds = Array.from({ length: 12_000 }, (_, i) => `p${i}`);
+    try {
+      for (const id of productIds) intake.catalog.productUpsert(ws, { id, name: id }, T0, ignore);
+      for (let c = 0; c < 4; c++) intake.catalog.collectionUpsert(ws, { id: `c${c}`, name: `c${c}` }, T0, ignore);
+      let bigMappings = 0;
+      for (let round = 0; round < 6; round++) {
+        let done = false;
+        const snapshot: Promise<SnapshotMeta | null> = writer.snapshot(`round ${round}`).then((meta) => {
+          done = true;
+          return meta;
+        });
+        while (!done) {
+          const r = rnd();
+          const cid = `c${Math.floor(rnd() * 4)}`;
+          if (r < 0.3) {
+            // More ids than one slice: checked, staged and swapped in over several turns.
+            const from = Math.floor(rnd() * 6000);
+            const ids = productIds.slice(from, from + 5000 + Math.floor(rnd() * 4000)).filter((id) => ws.catalog.products.has(id));
+            intake.catalog.mapping(ws, cid, rnd() < 0.7, ids, T0, ignore);
+            bigMappings++;
+          } else if (r < 0.6) intake.catalog.productDelete(ws, productIds[Math.floor(rnd() * productIds.length)]!, T0, ignore);
+          else if (r < 0.75) intake.catalog.productUpsert(ws, { id: productIds[Math.floor(rnd() * productIds.length)]!, name: 'again' }, T0, ignore);
+          else if (r < 0.8) intake.catalog.collectionDelete(ws, cid, T0, ignore);
+          else intake.catalog.collectionUpsert(ws, { id: cid, name: 'again' }, T0, ignore);
+          await turn();
+        }
+        const meta = await snapshot;
+        assert.ok(meta !== null);
+        await journal.drain();
+        assert.deepEqual(fromSnapshot(store, meta.id), replayUpTo(store, meta.seq), `snapshot ${meta.id} at seq ${meta.seq}`);
+      }
+      assert.ok(bigMappings > 10, `big mappings ran during snapshots (${bigMappings})`);
+      // Whatever is still queued finishes; then the live state equals a full replay.
+      while (!ws.catalog.mailbox.idle) await turn();
+      await journal.drain();
+      assert.deepEqual(views(workspaces), replayUpTo(store, Number.MAX_SAFE_INTEGER));
+    } finally {
+      while (!ws.catalog.mailbox.idle) await turn();
+      await journal.drain();
+      await store.close();
+    }
+  });
 
   test('an aborted snapshot is never used; the previous complete one stays', async () => {
     const store = openStore(tempDataDir());

@@ -46,3 +46,46 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     total: result.requests.total,
   };
 }
+
+export interface TrackLatency {
+  requests: number;
+  p50: number;
+  p99: number;
+  max: number;
+  non2xx: number;
+  seconds: number;
+}
+
+/**
+ * Track events for the devices `dids` (round robin) at `connections`, for `until` seconds or
+ * until the promise `until` settles.
+ */
+export function trackEventLoad(url: string, key: string, dids: readonly string[], connections: number, until: number | Promise<unknown>): Promise<TrackLatency> {
+  let i = 0;
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url,
+        connections,
+        duration: typeof until === 'number' ? until : 600,
+        headers: { 'x-service-key': key, 'content-type': 'application/json' },
+        requests: [
+          {
+            method: 'POST',
+            path: '/msv_cevt',
+            setupRequest: (req) => ({
+              ...req,
+              body: JSON.stringify({ did: dids[i % dids.length], name: 'product_view', timestamp: 1_700_000_000_000, info: [{ name: 'sku', value: `p${i++ % 1000}`, type: 'string' }] }),
+            }),
+          },
+        ],
+      },
+      (error, r) =>
+        error
+          ? reject(error)
+          : resolve({ requests: r.requests.total, p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max, non2xx: r.non2xx, seconds: (performance.now() - started) / 1000 }),
+    );
+    if (typeof until !== 'number') void until.then(() => instance.stop());
+  });
+}

@@ -13,6 +13,12 @@ interface Step {
   body: (i: number) => string;
 }
 
+/** Progress on stderr (off for tests). */
+let showProgress = true;
+export function quiet(): void {
+  showProgress = false;
+}
+
 /** Sends `amount` POSTs at `connections` concurrency; fails unless every answer is 2xx. */
 async function send(target: Target, title: string, amount: number, step: Step, connections = 128): Promise<number> {
   let i = 0;
@@ -29,11 +35,11 @@ async function send(target: Target, title: string, amount: number, step: Step, c
       },
       (error, done) => (error ? reject(error) : resolve(done)),
     );
-    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
+    if (showProgress) autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
   });
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${title}: ${result.non2xx} non-2xx, ${result.errors} errors`);
   const seconds = (performance.now() - started) / 1000;
-  process.stderr.write(`${title}: ${amount} in ${seconds.toFixed(1)} s (${Math.round(amount / seconds)}/s)\n`);
+  if (showProgress) process.stderr.write(`${title}: ${amount} in ${seconds.toFixed(1)} s (${Math.round(amount / seconds)}/s)\n`);
   return seconds;
 }
 
@@ -55,11 +61,16 @@ export async function someDevices(target: Target, count: number): Promise<string
   return dids;
 }
 
-export async function productsInCollections(target: Target, products: number, collections: number): Promise<void> {
-  await send(target, `${products} products`, products, {
+/** Products `${prefix}0` .. `${prefix}${count - 1}`. */
+export function createProducts(target: Target, count: number, prefix = 'p'): Promise<number> {
+  return send(target, `${count} products`, count, {
     path: '/product',
-    body: (i) => JSON.stringify({ id: `p${i}`, name: `Product ${i}`, price: (i % 500) + 0.99, originalHigherPrice: (i % 500) + 5, status: 'inStock', url: `https://shop.example/p/${i}`, image: `https://cdn.example/p/${i}.jpg` }),
+    body: (i) => JSON.stringify({ id: `${prefix}${i}`, name: `Product ${i}`, price: (i % 500) + 0.99, originalHigherPrice: (i % 500) + 5, status: 'inStock', url: `https://shop.example/p/${i}`, image: `https://cdn.example/p/${i}.jpg` }),
   });
+}
+
+export async function productsInCollections(target: Target, products: number, collections: number): Promise<void> {
+  await createProducts(target, products);
   await send(target, `${collections} collections`, collections, {
     path: '/collection',
     body: (i) => JSON.stringify({ id: `c${i}`, name: `Collection ${i}`, url: `https://shop.example/c/${i}` }),

@@ -1,11 +1,22 @@
 // Starting the servers a bench measures, each in its own process on a free loopback port.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 export const ROOT = new URL('../..', import.meta.url).pathname;
+
+/**
+ * The node arguments `npm start` runs the server with (package.json's start script), so that
+ * benches and tests measure and test exactly what operators run.
+ */
+export function serverCommand(script = 'src/main.ts'): string[] {
+  const start = (JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts: { start: string } }).scripts.start;
+  const words = start.split(/\s+/);
+  const flags = words.slice(words.indexOf('node') + 1, words.indexOf('src/main.ts'));
+  return [...flags, script];
+}
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
 
 export interface RunningServer {
@@ -36,7 +47,7 @@ function waitForPort(child: ChildProcess, name: string, listeners: Array<(entry:
 }
 
 async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataDir: string | null): Promise<RunningServer> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const child = spawn(process.execPath, serverCommand(script), {
     cwd: ROOT,
     env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: '0' },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -4,7 +4,9 @@
 // change tracker before it changes or deletes an entity (change-tracker.ts).
 import { detail, MAX_DETAILS, type ValidationDetail } from '../schemas/details.ts';
 import type { Collection, Product } from '../schemas/endpoints.ts';
+import { CatalogMailbox } from './catalog-mailbox.ts';
 import type { ChangeTracker } from './change-tracker.ts';
+import type { MappingIds } from './mapping-ids.ts';
 
 /** Sets each present field, removes each field sent as null, keeps absent ones. */
 function mergeFields(target: Record<string, unknown>, body: Record<string, unknown>): void {
@@ -20,19 +22,43 @@ export class CatalogProduct {
   readonly id: string;
   /** Every field but id, as last merged. */
   readonly fields: Record<string, unknown> = {};
+  /**
+   * Ids of the collections holding this product, so deleting it is not a scan: one string for
+   * the usual single collection, a Set from the second on (derived state, never snapshotted).
+   */
+  memberOf: string | Set<string> | null = null;
   snapEpoch: number;
 
   constructor(id: string, epoch: number) {
     this.id = id;
     this.snapEpoch = epoch;
+  }
+
+  link(collectionId: string): void {
+    const of = this.memberOf;
+    if (of === null) this.memberOf = collectionId;
+    else if (typeof of === 'string') {
+      if (of !== collectionId) this.memberOf = new Set([of, collectionId]);
+    } else of.add(collectionId);
+  }
+
+  unlink(collectionId: string): void {
+    const of = this.memberOf;
+    if (of === collectionId) this.memberOf = null;
+    else if (of !== null && typeof of !== 'string') of.delete(collectionId);
+  }
+
+  collectionIds(): Iterable<string> {
+    const of = this.memberOf;
+    return of === null ? [] : typeof of === 'string' ? [of] : of;
   }
 }
 
 export class CatalogCollection {
   readonly id: string;
   readonly fields: Record<string, unknown> = {};
-  /** Member product ids, in the order they were added. */
-  readonly members = new Set<string>();
+  /** Member product ids, in the order they were added (replaced whole by a staged change). */
+  members = new Set<string>();
   snapEpoch: number;
 
   constructor(id: string, epoch: number) {
@@ -41,17 +67,13 @@ export class CatalogCollection {
   }
 }
 
-/** Ids in order of first occurrence, each once. */
-export function distinctIds(ids: readonly string[]): string[] {
-  return [...new Set(ids)];
-}
-
 export class CatalogActor {
+  /** Catalog messages run through here, one at a time, in arrival order (catalog-mailbox.ts). */
+  readonly mailbox = new CatalogMailbox();
   readonly products = new Map<string, CatalogProduct>();
   readonly collections = new Map<string, CatalogCollection>();
-  /** product id → ids of the collections it belongs to (so deleting a product is not a scan). */
-  private readonly memberOf = new Map<string, Set<string>>();
-  private readonly tracker: ChangeTracker;
+  /** @internal for StagedMembership */
+  readonly tracker: ChangeTracker;
 
   constructor(tracker: ChangeTracker) {
     this.tracker = tracker;
@@ -66,25 +88,29 @@ export class CatalogActor {
     return this.collections.has(body.id) || body.name !== undefined ? null : [detail.required(['name'])];
   }
 
-  /** Add: the collection and every listed product must exist (one detail per distinct missing id). */
-  checkMappingAdd(collectionId: string, products: readonly string[]): ValidationDetail[] | null {
-    if (!this.collections.has(collectionId)) return [detail.collectionNotFound(collectionId)];
-    let missing: ValidationDetail[] | null = null;
-    let reported: Set<string> | null = null;
-    for (let i = 0; i < products.length; i++) {
-      const id = products[i]!;
-      if (this.products.has(id)) continue;
-      reported ??= new Set();
-      if (reported.has(id)) continue;
-      reported.add(id);
-      (missing ??= []).push(detail.productNotFound(i, id));
-      if (missing.length >= MAX_DETAILS) break;
+  /**
+   * Add: every listed product must exist; one detail per distinct missing id, at the index of its
+   * first occurrence. Checks ids[from, to) so that big requests can be checked in slices.
+   */
+  missingProducts(mapping: MappingIds, from: number, to: number, found: ValidationDetail[]): void {
+    for (let i = from; i < to && found.length < MAX_DETAILS; i++) {
+      const id = mapping.ids[i]!;
+      if (!this.products.has(id)) found.push(detail.productNotFound(mapping.firstIndex[i]!, id));
     }
-    return missing;
   }
 
-  /** Remove: only the collection must exist; non-members are ignored. */
-  checkMappingRemove(collectionId: string): ValidationDetail[] | null {
+  /** missingProducts that also collects the products it finds, in order, into `found`. */
+  findProducts(mapping: MappingIds, from: number, to: number, found: CatalogProduct[], missing: ValidationDetail[]): void {
+    for (let i = from; i < to && missing.length < MAX_DETAILS; i++) {
+      const id = mapping.ids[i]!;
+      const product = this.products.get(id);
+      if (product === undefined) missing.push(detail.productNotFound(mapping.firstIndex[i]!, id));
+      else found.push(product);
+    }
+  }
+
+  /** Add and remove: the collection must exist (checked before any product). */
+  checkCollection(collectionId: string): ValidationDetail[] | null {
     return this.collections.has(collectionId) ? null : [detail.collectionNotFound(collectionId)];
   }
 
@@ -102,15 +128,13 @@ export class CatalogActor {
     if (product === undefined) return;
     this.tracker.beforeChange(product);
     this.products.delete(id);
-    const collections = this.memberOf.get(id);
-    if (collections === undefined) return;
-    for (const collectionId of collections) {
+    for (const collectionId of product.collectionIds()) {
       const collection = this.collections.get(collectionId);
       if (collection === undefined) continue;
       this.tracker.beforeChange(collection);
       collection.members.delete(id);
     }
-    this.memberOf.delete(id);
+    product.memberOf = null;
   }
 
   applyCollectionUpsert(body: Collection): void {
@@ -126,7 +150,7 @@ export class CatalogActor {
     const collection = this.collections.get(id);
     if (collection === undefined) return;
     this.tracker.beforeChange(collection);
-    for (const productId of collection.members) this.unlink(productId, id);
+    for (const productId of collection.members) this.products.get(productId)?.unlink(id);
     this.collections.delete(id);
   }
 
@@ -136,9 +160,11 @@ export class CatalogActor {
     if (collection === undefined) return;
     this.tracker.beforeChange(collection);
     for (const productId of products) {
-      if (!this.products.has(productId) || collection.members.has(productId)) continue;
-      collection.members.add(productId);
-      this.link(productId, collectionId);
+      const product = this.products.get(productId);
+      if (product === undefined || collection.members.has(productId)) continue;
+      // The product's own id string: request strings may be slices of a much larger one.
+      collection.members.add(product.id);
+      product.link(collectionId);
     }
   }
 
@@ -147,26 +173,73 @@ export class CatalogActor {
     if (collection === undefined) return;
     this.tracker.beforeChange(collection);
     for (const productId of products) {
-      if (collection.members.delete(productId)) this.unlink(productId, collectionId);
+      if (collection.members.delete(productId)) this.products.get(productId)?.unlink(collectionId);
     }
   }
 
-  /** Puts a collection read from a snapshot in place (its members' back-links included). */
-  restoreCollection(collection: CatalogCollection): void {
-    this.collections.set(collection.id, collection);
-    for (const productId of collection.members) this.link(productId, collection.id);
+  /**
+   * A membership change too big for one event-loop turn, built beside the live member set and
+   * swapped in at once by commit(): nothing observes a half-applied request. The back-links it
+   * adds or removes along the way are only read by catalog writes, which wait in the mailbox.
+   */
+  stageMembership(collection: CatalogCollection): StagedMembership {
+    return new StagedMembership(this, collection);
   }
 
-  private link(productId: string, collectionId: string): void {
-    let of = this.memberOf.get(productId);
-    if (of === undefined) this.memberOf.set(productId, (of = new Set()));
-    of.add(collectionId);
+  /** After loading a snapshot: the products' back-links to their collections. */
+  relinkMembers(): void {
+    for (const collection of this.collections.values()) {
+      for (const productId of collection.members) this.products.get(productId)?.link(collection.id);
+    }
+  }
+}
+
+export class StagedMembership {
+  private readonly next = new Set<string>();
+  private readonly old: IterableIterator<string>;
+  private copied = false;
+  private readonly linked: CatalogProduct[] = [];
+  private readonly unlinked: string[] = [];
+
+  constructor(
+    private readonly catalog: CatalogActor,
+    private readonly collection: CatalogCollection,
+  ) {
+    this.old = collection.members.values();
   }
 
-  private unlink(productId: string, collectionId: string): void {
-    const of = this.memberOf.get(productId);
-    if (of === undefined) return;
-    of.delete(collectionId);
-    if (of.size === 0) this.memberOf.delete(productId);
+  /** Copies up to `count` current members, except those in `leaving`; true when all are copied. */
+  copyMembers(count: number, leaving: ReadonlySet<string> | null): boolean {
+    for (let i = 0; i < count; i++) {
+      const step = this.old.next();
+      if (step.done === true) return (this.copied = true);
+      const productId = step.value;
+      if (leaving !== null && leaving.has(productId)) {
+        this.catalog.products.get(productId)?.unlink(this.collection.id);
+        this.unlinked.push(productId);
+      } else this.next.add(productId);
+    }
+    return false;
+  }
+
+  /** Adds an existing product (after all members were copied). */
+  add(product: CatalogProduct): void {
+    if (!this.copied) throw new Error('StagedMembership.add before copyMembers finished');
+    if (this.next.has(product.id)) return;
+    this.next.add(product.id);
+    product.link(this.collection.id);
+    this.linked.push(product);
+  }
+
+  /** Makes the staged set the collection's members, in one step. */
+  commit(): void {
+    this.catalog.tracker.beforeChange(this.collection);
+    this.collection.members = this.next;
+  }
+
+  /** Undoes the back-links of a change that will not be committed. */
+  abort(): void {
+    for (const product of this.linked) product.unlink(this.collection.id);
+    for (const productId of this.unlinked) this.catalog.products.get(productId)?.link(this.collection.id);
   }
 }

@@ -1,5 +1,6 @@
 // One table of settings: each is an environment variable with a matching `--flag`.
 // A flag wins over the environment, the environment over the default.
+import { availableParallelism } from 'node:os';
 
 export interface Settings {
   host: string;
@@ -15,6 +16,10 @@ export interface Settings {
   snapshotEveryRecords: number;
   snapshotSliceEntities: number;
   journalRetentionSeconds: number;
+  mappingWorkers: number;
+  mappingWorkerThresholdBytes: number;
+  mappingWorkerTimeoutMs: number;
+  mappingWorkerMaxMemoryMb: number;
   logLevel: string;
 }
 
@@ -26,6 +31,8 @@ interface SettingSpec {
   flag: string;
   kind: Kind;
   defaultValue: string | number;
+  /** How the default is shown when it depends on the machine. */
+  defaultLabel?: string;
   min?: number;
   max?: number;
   choices?: readonly string[];
@@ -48,6 +55,10 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'snapshotEveryRecords', env: 'SNAPSHOT_EVERY_RECORDS', flag: '--snapshot-every-records', kind: 'integer', defaultValue: 1_000_000, min: 0, max: 1_000_000_000, description: 'also take a snapshot once this many records were journaled since the last one (0: never by count)' },
   { key: 'snapshotSliceEntities', env: 'SNAPSHOT_SLICE_ENTITIES', flag: '--snapshot-slice-entities', kind: 'integer', defaultValue: 250, min: 1, max: 1_000_000, description: 'entities a snapshot writes between two turns of request handling' },
   { key: 'journalRetentionSeconds', env: 'JOURNAL_RETENTION_SECONDS', flag: '--journal-retention-seconds', kind: 'integer', defaultValue: 0, min: 0, max: 100 * 365 * 86_400, description: 'delete journal records older than this once a snapshot covers them (0: keep the journal forever)' },
+  { key: 'mappingWorkers', env: 'MAPPING_WORKERS', flag: '--mapping-workers', kind: 'integer', defaultValue: Math.max(1, availableParallelism() - 1), defaultLabel: 'cores - 1, at least 1', min: 0, max: 256, description: 'worker threads that parse, validate and de-duplicate big mapping bodies (0: all on the main thread)' },
+  { key: 'mappingWorkerThresholdBytes', env: 'MAPPING_WORKER_THRESHOLD_BYTES', flag: '--mapping-worker-threshold-bytes', kind: 'integer', defaultValue: 65_536, min: 0, max: 1024 * MiB, description: 'mapping bodies larger than this (and every gzip one) go to a worker' },
+  { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task taking longer fails its request with 500 (the worker is replaced)' },
+  { key: 'mappingWorkerMaxMemoryMb', env: 'MAPPING_WORKER_MAX_MEMORY_MB', flag: '--mapping-worker-max-memory-mb', kind: 'integer', defaultValue: 512, min: 8, max: 65_536, description: 'heap limit of each worker; a worker over it is replaced and its request fails with 500' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
 ];
 
@@ -102,7 +113,7 @@ export function parseSettings(argv: readonly string[], env: NodeJS.ProcessEnv): 
 
 export function helpText(): string {
   const rows = SETTINGS.map((s) => {
-    const def = s.defaultValue === '' ? '(none)' : String(s.defaultValue);
+    const def = s.defaultLabel ?? (s.defaultValue === '' ? '(none)' : String(s.defaultValue));
     return `  ${(s.flag + ' <value>').padEnd(36)} ${s.env.padEnd(26)} default ${def}\n      ${s.description}`;
   });
   return [

@@ -20,26 +20,24 @@ export function bodyEncoding(header: string): Encoding | null {
   return null;
 }
 
-export type DecodeResult =
-  | { ok: true; body: Record<string, unknown> }
-  | { ok: false; error: 'tooLarge' | 'malformed'; message: string };
+export type DecodeError = { ok: false; error: 'tooLarge' | 'malformed'; message: string };
+export type DecodeResult = { ok: true; body: Record<string, unknown> } | DecodeError;
 
-/**
- * Inflates (if gzip) and parses a body. Synchronous: `bytes` may be a view of a uWS buffer that
- * is only valid during the current callback.
- */
-export function decodeBody(bytes: Buffer, encoding: Encoding, limitBytes: number): DecodeResult {
-  let raw = bytes;
-  if (encoding === 'gzip') {
-    try {
-      raw = gunzipSync(bytes, { maxOutputLength: limitBytes });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
-        return { ok: false, error: 'tooLarge', message: `inflated body is larger than ${limitBytes} bytes` };
-      }
-      return { ok: false, error: 'malformed', message: 'body is not valid gzip' };
+/** Inflates a gzip body under the size limit (identity bodies pass through). */
+export function inflateBody(bytes: Buffer, encoding: Encoding, limitBytes: number): { ok: true; raw: Buffer } | DecodeError {
+  if (encoding === 'identity') return { ok: true, raw: bytes };
+  try {
+    return { ok: true, raw: gunzipSync(bytes, { maxOutputLength: limitBytes }) };
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
+      return { ok: false, error: 'tooLarge', message: `inflated body is larger than ${limitBytes} bytes` };
     }
+    return { ok: false, error: 'malformed', message: 'body is not valid gzip' };
   }
+}
+
+/** Parses a body that must be a JSON object. */
+export function parseJsonObject(raw: Buffer): DecodeResult {
   if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
   let parsed: unknown;
   try {
@@ -51,4 +49,13 @@ export function decodeBody(bytes: Buffer, encoding: Encoding, limitBytes: number
     return { ok: false, error: 'malformed', message: 'request body must be a JSON object' };
   }
   return { ok: true, body: parsed as Record<string, unknown> };
+}
+
+/**
+ * Inflates (if gzip) and parses a body. Synchronous: `bytes` may be a view of a uWS buffer that
+ * is only valid during the current callback.
+ */
+export function decodeBody(bytes: Buffer, encoding: Encoding, limitBytes: number): DecodeResult {
+  const inflated = inflateBody(bytes, encoding, limitBytes);
+  return inflated.ok ? parseJsonObject(inflated.raw) : inflated;
 }

@@ -32,6 +32,10 @@ export interface WriteRoute {
   metrics: RouteMetrics;
   /** Validates and dispatches; `body` is null for routes without a body. */
   handle(request: PendingRequest, body: Record<string, unknown> | null): void;
+  /** True when a body of this size and encoding should be handed over raw (to a worker). */
+  offload?(sizeBytes: number, encoding: Encoding): boolean;
+  /** Takes a raw body that `offload` asked for: not yet inflated, parsed or validated. */
+  handleRaw?(request: PendingRequest, bytes: Buffer): void;
 }
 
 export interface RequestEnvironment {
@@ -52,8 +56,8 @@ export class PendingRequest implements Reply {
   /** Server receive time, Unix ms (journaled as `at`). */
   readonly at: number;
   private readonly startedAt: number;
-  private readonly limitBytes: number;
-  private readonly encoding: Encoding;
+  readonly limitBytes: number;
+  readonly encoding: Encoding;
   private readonly env: RequestEnvironment;
   private aborted = false;
   private done = false;
@@ -120,6 +124,13 @@ export class PendingRequest implements Reply {
       (this.chunks ??= []).push(Buffer.from(chunk.slice(0)));
       return;
     }
+    if (this.route.offload?.(this.received, this.encoding) === true) {
+      // Handed to another thread: the bytes must be ours (a copy of a single chunk; a concat of
+      // several is a fresh buffer already).
+      const own = this.chunks === null ? Buffer.from(chunk.slice(0)) : Buffer.concat([...this.chunks, Buffer.from(chunk)]);
+      this.chunks = null;
+      return this.dispatchRaw(own);
+    }
     // The last chunk is consumed synchronously below, so a view of it is enough.
     const last = Buffer.from(chunk);
     const whole = this.chunks === null ? last : Buffer.concat([...this.chunks, last]);
@@ -133,14 +144,32 @@ export class PendingRequest implements Reply {
     this.dispatch(decoded.body);
   };
 
+  private dispatchRaw(bytes: Buffer): void {
+    if (this.env.journalFailure() !== null) return this.answerError(ERRORS.serviceUnavailable);
+    try {
+      this.route.handleRaw!(this, bytes);
+    } catch (error) {
+      this.crashed(error);
+    }
+  }
+
   private dispatch(body: Record<string, unknown> | null): void {
     if (this.env.journalFailure() !== null) return this.answerError(ERRORS.serviceUnavailable);
     try {
       this.route.handle(this, body);
     } catch (error) {
-      this.env.log.error({ err: error, route: this.route.name }, 'request failed');
-      this.answerError(ERRORS.internal);
+      this.crashed(error);
     }
+  }
+
+  /** The inflated body is over the limit (found by a worker): 413, and the connection is closed. */
+  payloadTooLarge(message: string): void {
+    this.answerError(ERRORS.payloadTooLarge, message, { close: true });
+  }
+
+  /** Not gzip, not JSON, or not an object (found by a worker). */
+  malformed(message: string): void {
+    this.answerError(ERRORS.malformedJson, message);
   }
 
   /** A schema violation: answered at once, nothing was applied. */
@@ -163,6 +192,11 @@ export class PendingRequest implements Reply {
 
   committed(): void {
     this.answer(this.replyCode, this.replyStatus, this.replyBody);
+  }
+
+  crashed(error: unknown): void {
+    this.env.log.error({ err: error, route: this.route.name }, 'request failed');
+    this.answerError(ERRORS.internal);
   }
 
   failed(error: Error): void {

@@ -1,6 +1,8 @@
 // The 11 write endpoints: each validates its body (and `:id`) with the compiled schemas, then
-// hands the write to the intake, which routes it to the device or catalog actor.
+// hands the write to its actor. Big mapping bodies go to a worker raw (mapping-pool.ts) after
+// taking their place in the catalog actor's line.
 import type { Intake } from '../actors/intake.ts';
+import { unpackIds } from '../actors/mapping-ids.ts';
 import { MAX_DETAILS, type ValidationDetail } from '../schemas/details.ts';
 import type {
   AppLaunch,
@@ -14,6 +16,8 @@ import type {
 } from '../schemas/endpoints.ts';
 import { validateIdParam, type BodyValidator, type Validators } from '../schemas/validators.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
+import type { MappingPool } from '../workers/mapping-pool.ts';
+import type { MappingTaskResult } from '../workers/mapping-result.ts';
 import type { PendingRequest, RouteDoc, WriteRoute } from './pending-request.ts';
 
 /** Timestamps may arrive as 13-digit strings; the journal and the actors see numbers. */
@@ -21,7 +25,7 @@ function normalizeTimestamp(body: Record<string, unknown>): void {
   if (typeof body.timestamp === 'string') body.timestamp = Number(body.timestamp);
 }
 
-type Handle = WriteRoute['handle'];
+type Handlers = Pick<WriteRoute, 'handle' | 'offload' | 'handleRaw'>;
 
 function route(
   metrics: Metrics,
@@ -30,9 +34,10 @@ function route(
   pattern: string,
   limit: WriteRoute['limit'],
   doc: RouteDoc,
-  handle: Handle,
+  handlers: Handlers | WriteRoute['handle'],
 ): WriteRoute {
-  return { name, method, pattern, limit, hasParam: pattern.includes('/:id'), doc, metrics: metrics.route(name), handle };
+  const h = typeof handlers === 'function' ? { handle: handlers } : handlers;
+  return { name, method, pattern, limit, hasParam: pattern.includes('/:id'), doc, metrics: metrics.route(name), ...h };
 }
 
 /** Validates the body; on failure answers 422 and returns null. */
@@ -45,62 +50,98 @@ function valid<T>(validator: BodyValidator, request: PendingRequest, body: Recor
   return body as T;
 }
 
-export function buildWriteRoutes(intake: Intake, v: Validators, metrics: Metrics): WriteRoute[] {
+export interface RouteDependencies {
+  intake: Intake;
+  validators: Validators;
+  metrics: Metrics;
+  pool: MappingPool;
+  mappingMaxItems: number;
+}
+
+export function buildWriteRoutes({ intake, validators: v, metrics, pool, mappingMaxItems }: RouteDependencies): WriteRoute[] {
+  const { devices, catalog } = intake;
   const withId = (request: PendingRequest, extra: ValidationDetail[] | null): boolean => {
     const idDetails = validateIdParam(v, request.param);
     if (idDetails === null && extra === null) return true;
     request.invalid([...(idDetails ?? []), ...(extra ?? [])].slice(0, MAX_DETAILS));
     return false;
   };
-  const mapping = (add: boolean): Handle => (request, body) => {
-    if (!withId(request, v.mapping.validate(body))) return;
-    const data = body as Mapping;
-    if (add) intake.mappingAdd(request.workspace, request.param, data, request.at, request);
-    else intake.mappingRemove(request.workspace, request.param, data, request.at, request);
+
+  /** In the catalog's turn, once the worker is done with the body. */
+  const afterWorker = (request: PendingRequest, add: boolean, idDetails: ValidationDetail[] | null, result: MappingTaskResult): void | Promise<void> => {
+    switch (result.kind) {
+      case 'tooLarge':
+        return request.payloadTooLarge(result.message);
+      case 'malformed':
+        return request.malformed(result.message);
+      case 'invalid':
+        return request.invalid([...(idDetails ?? []), ...result.details].slice(0, MAX_DETAILS));
+    }
+    if (idDetails !== null) return request.invalid(idDetails);
+    return unpackIds(result.text, result.lengths, result.firstIndex).then((mapping) =>
+      catalog.applyMapping(request.workspace, request.param, add, mapping, request.at, request),
+    );
   };
+
+  const mapping = (add: boolean): Handlers => ({
+    handle(request, body) {
+      if (!withId(request, v.mapping.validate(body))) return;
+      catalog.mapping(request.workspace, request.param, add, (body as Mapping).products, request.at, request);
+    },
+    offload: (sizeBytes, encoding) => pool.shouldOffload(sizeBytes, encoding),
+    handleRaw(request, bytes) {
+      const idDetails = validateIdParam(v, request.param);
+      // The place in line is taken now, on arrival; the worker's result is applied in it.
+      const fill = catalog.reserve(request.workspace, request);
+      pool.parse(bytes, request.encoding, request.limitBytes, mappingMaxItems).then(
+        (result) => fill(() => afterWorker(request, add, idDetails, result)),
+        (error: unknown) => fill(() => request.crashed(error)),
+      );
+    },
+  });
 
   return [
     route(metrics, 'app_launch', 'post', '/mcrs_appl_v1', 'body', { summary: 'App launch: creates a device when no usable did is sent; returns did and a new sid', body: v.appLaunch.schema, launch: true }, (request, body) => {
       const data = valid<AppLaunch>(v.appLaunch, request, body);
       if (data === null) return;
       normalizeTimestamp(body!);
-      intake.appLaunch(request.workspace, data, request.at, request);
+      devices.appLaunch(request.workspace, data, request.at, request);
     }),
     route(metrics, 'track_event', 'post', '/msv_cevt', 'body', { summary: 'Track a custom event of an active device', body: v.trackEvent.schema }, (request, body) => {
       const data = valid<TrackEvent>(v.trackEvent, request, body);
       if (data === null) return;
       normalizeTimestamp(body!);
-      intake.trackEvent(request.workspace, data, request.at, request);
+      devices.trackEvent(request.workspace, data, request.at, request);
     }),
     route(metrics, 'identify', 'post', '/msv_cs_id', 'body', { summary: 'Link a device to a customer and merge customer attributes', body: v.identify.schema }, (request, body) => {
       const data = valid<Identify>(v.identify, request, body);
       if (data === null) return;
       normalizeTimestamp(body!);
-      intake.identify(request.workspace, data, request.at, request);
+      devices.identify(request.workspace, data, request.at, request);
     }),
     route(metrics, 'logout', 'post', '/logout', 'body', { summary: 'End a device: later requests with its did get device.loggedOut', body: v.logout.schema }, (request, body) => {
       const data = valid<Logout>(v.logout, request, body);
-      if (data !== null) intake.logout(request.workspace, data, request.at, request);
+      if (data !== null) devices.logout(request.workspace, data, request.at, request);
     }),
     route(metrics, 'push_token', 'post', '/mpush_token', 'body', { summary: 'Save the latest push token of a type for a device', body: v.pushToken.schema }, (request, body) => {
       const data = valid<PushToken>(v.pushToken, request, body);
       if (data === null) return;
       normalizeTimestamp(body!);
-      intake.pushToken(request.workspace, data, request.at, request);
+      devices.pushToken(request.workspace, data, request.at, request);
     }),
     route(metrics, 'product_upsert', 'post', '/product', 'body', { summary: 'Create or merge-update a product', body: v.product.schema }, (request, body) => {
       const data = valid<Product>(v.product, request, body);
-      if (data !== null) intake.productUpsert(request.workspace, data, request.at, request);
+      if (data !== null) catalog.productUpsert(request.workspace, data, request.at, request);
     }),
     route(metrics, 'product_delete', 'del', '/product/:id', 'none', { summary: 'Delete a product and its memberships (200 whether or not it existed)', body: null }, (request) => {
-      if (withId(request, null)) intake.productDelete(request.workspace, request.param, request.at, request);
+      if (withId(request, null)) catalog.productDelete(request.workspace, request.param, request.at, request);
     }),
     route(metrics, 'collection_upsert', 'post', '/collection', 'body', { summary: 'Create or merge-update a collection', body: v.collection.schema }, (request, body) => {
       const data = valid<Collection>(v.collection, request, body);
-      if (data !== null) intake.collectionUpsert(request.workspace, data, request.at, request);
+      if (data !== null) catalog.collectionUpsert(request.workspace, data, request.at, request);
     }),
     route(metrics, 'collection_delete', 'del', '/collection/:id', 'none', { summary: 'Delete a collection and its memberships (200 whether or not it existed)', body: null }, (request) => {
-      if (withId(request, null)) intake.collectionDelete(request.workspace, request.param, request.at, request);
+      if (withId(request, null)) catalog.collectionDelete(request.workspace, request.param, request.at, request);
     }),
     route(metrics, 'collection_products_add', 'post', '/collection/:id/products/add', 'mapping', { summary: 'Add products to a collection: all exist or nothing changes', body: v.mapping.schema }, mapping(true)),
     route(metrics, 'collection_products_remove', 'post', '/collection/:id/products/remove', 'mapping', { summary: 'Remove products from a collection; non-members are ignored', body: v.mapping.schema }, mapping(false)),

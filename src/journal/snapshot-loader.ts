@@ -69,11 +69,14 @@ export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Works
           const collection = new CatalogCollection(entry[2], 0);
           Object.assign(collection.fields, entry[3]);
           for (const member of entry[4]) collection.members.add(member);
-          wsOf(entry[1]).catalog.restoreCollection(collection);
+          wsOf(entry[1]).catalog.collections.set(collection.id, collection);
           break;
         }
       }
     }
   }
   if (chunks !== meta.chunks) throw new SnapshotCorrupt(`snapshot ${meta.id}: ${chunks} of ${meta.chunks} chunks`);
+  // Products and collections may come in any order (copy-on-write captures interleave): link
+  // members to their collections once everything is in.
+  for (const name of names) workspaces.get(name).catalog.relinkMembers();
 }

@@ -6,6 +6,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { serverCommand } from '../../bench/lib/servers.ts';
 
 export const ROOT = new URL('../..', import.meta.url).pathname;
 export const KEY_A = 'test-key-workspace-a-0123456789';
@@ -36,6 +37,8 @@ export interface TestServer {
   stderr(): string;
   /** Every stdout line so far (JSON logs). */
   logs(): string[];
+  /** Resolves with the first log line matching `match`, waiting up to `timeoutMs` for it. */
+  waitForLog(match: (line: string) => boolean, timeoutMs?: number): Promise<string>;
   request<T = any>(path: string, body?: unknown, options?: RequestOptions): Promise<Response<T>>;
   post<T = any>(path: string, body: unknown, key?: string | null): Promise<Response<T>>;
   del<T = any>(path: string, key?: string | null): Promise<Response<T>>;
@@ -71,7 +74,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   const env: NodeJS.ProcessEnv = { ...process.env, HOST: '127.0.0.1', PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', ...options.env };
   if (options.serviceKeys === null) delete env.SERVICE_KEYS;
   else env.SERVICE_KEYS = options.serviceKeys ?? DEFAULT_KEYS;
-  const command = [...(options.wrap ?? []), process.execPath, '--import', 'tsx', 'src/main.ts', ...(options.args ?? [])];
+  const command = [...(options.wrap ?? []), process.execPath, ...serverCommand(), ...(options.args ?? [])];
   const child = spawn(command[0]!, command.slice(1), {
     cwd: ROOT,
     env,
@@ -131,6 +134,15 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     child,
     stderr: () => stderr,
     logs: () => logs,
+    async waitForLog(match, timeoutMs = 2000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const found = logs.find(match);
+        if (found !== undefined) return found;
+        if (Date.now() > deadline) throw new Error('no matching log line');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
     request,
     post: (path, body, key) => request(path, body, { key }),
     del: (path, key) => request(path, undefined, { key, method: 'DELETE' }),

@@ -1,0 +1,81 @@
+// Big mappings beside track events: clients send 100,000-id mapping requests in a loop (add, then
+// remove, so every request changes the collection) while autocannon measures track events at 256
+// connections. Reports mapping ids applied per second and track-event latency with and without
+// the mapping load (target: p99 with ≤ 2 × without), once with the worker pool and once without.
+//   npm run bench:mapping -- [seconds] [mappingClients]
+import { createProducts, quiet, someDevices } from './lib/populate.ts';
+import { spawn } from 'node:child_process';
+import { trackEventLoad } from './lib/load.ts';
+import { printTable, runBench } from './lib/report.ts';
+import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
+
+const seconds = Number(process.argv[2] ?? 10);
+const mappingClients = Number(process.argv[3] ?? 2);
+const IDS = 100_000;
+
+const trackEvents = (server: RunningServer, dids: string[]) => trackEventLoad(server.url, BENCH_KEY, dids, 256, seconds);
+
+/** Mapping clients, each its own process, looping until stopped. */
+function mappingLoad(server: RunningServer, clients: number): { stop(): Promise<{ ids: number; requests: number; seconds: number; failures: number }> } {
+  const children = Array.from({ length: clients }, (_, c) =>
+    spawn(process.execPath, ['--import', 'tsx', 'bench/lib/mapping-client.ts', server.url, BENCH_KEY, `bench-${c}`, String(IDS)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] }),
+  );
+  const reports = children.map(
+    (child) =>
+      new Promise<{ ids: number; requests: number; seconds: number; failures: number }>((resolve) => {
+        let out = '';
+        child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+        child.once('close', () => resolve(JSON.parse(out)));
+      }),
+  );
+  return {
+    async stop() {
+      for (const child of children) child.kill('SIGTERM');
+      const all = await Promise.all(reports);
+      return {
+        ids: all.reduce((n, r) => n + r.ids, 0),
+        requests: all.reduce((n, r) => n + r.requests, 0),
+        failures: all.reduce((n, r) => n + r.failures, 0),
+        seconds: Math.max(...all.map((r) => r.seconds)),
+      };
+    },
+  };
+}
+
+async function run(workers: number): Promise<string> {
+  const server = await startIntake({ MAPPING_WORKERS: String(workers) });
+  try {
+    const target = { url: server.url, key: BENCH_KEY };
+    await createProducts(target, IDS);
+    for (let c = 0; c < mappingClients; c++) {
+      await fetch(`${server.url}/collection`, { method: 'POST', headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, body: JSON.stringify({ id: `bench-${c}`, name: 'bench' }) });
+    }
+    const dids = await someDevices(target, 200);
+    await trackEvents(server, dids); // warm up
+    const without = await trackEvents(server, dids);
+    const load = mappingLoad(server, mappingClients);
+    await new Promise((r) => setTimeout(r, 1500)); // the mapping clients start and get going
+    const withLoad = await trackEvents(server, dids);
+    const mapping = await load.stop();
+    const ratio = withLoad.p99 / Math.max(1, without.p99);
+    return `| ${workers === 0 ? 'off (main thread)' : `${workers} worker${workers > 1 ? 's' : ''}`} | ${without.p50} / ${without.p99} / ${without.max} | ${withLoad.p50} / ${withLoad.p99} / ${withLoad.max} | ${ratio.toFixed(2)} | ${Math.round(mapping.ids / mapping.seconds).toLocaleString('en')} (${mapping.requests} requests, ${mapping.failures} failed) | ${Math.round(without.requests / seconds).toLocaleString('en')} / ${Math.round(withLoad.requests / seconds).toLocaleString('en')} |`;
+  } finally {
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  quiet();
+  const rows: string[] = [];
+  for (const workers of [1, 0]) {
+    rows.push(await run(workers));
+    process.stderr.write(`${rows.at(-1)}\n`);
+  }
+  printTable(
+    `mapping ${new Date().toISOString()}: ${mappingClients} clients looping ${IDS.toLocaleString('en')}-id mapping requests (add, remove, ...) beside track events at 256 connections, ${seconds} s each`,
+    ['mapping parse', 'track p50 / p99 / max ms, no mappings', 'with mappings', 'p99 ratio (target ≤ 2)', 'mapping ids applied / s', 'track req/s without / with'],
+    rows,
+  );
+}
+
+runBench(main);

@@ -1,0 +1,76 @@
+// Live device writes: app launch, track event, identify, push token, logout. Each runs to the end
+// at once, so writes reach a device actor strictly in arrival order.
+import { detail } from '../schemas/details.ts';
+import type { AppLaunch, Identify, Logout, PushToken, TrackEvent } from '../schemas/endpoints.ts';
+import { SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
+import { DeviceActor } from './device-actor.ts';
+import { newId } from './ids.ts';
+import type { Workspace } from './workspace.ts';
+
+export class DeviceWrites {
+  constructor(private readonly acceptor: Acceptor) {}
+
+  /** The active device `did` names, or null after refusing the write (unknown or logged out). */
+  private activeDevice(ws: Workspace, did: string, reply: Reply): DeviceActor | null {
+    const device = ws.devices.get(did);
+    const problem = DeviceActor.checkActive(device, did);
+    if (problem === null && device !== undefined) return device;
+    this.acceptor.refuse([problem ?? detail.deviceNotFound(did)], reply);
+    return null;
+  }
+
+  /** A did not in use in this workspace (a collision of 21 random characters is only theoretical). */
+  private newDid(ws: Workspace): string {
+    let did = newId();
+    while (ws.devices.has(did)) did = newId();
+    return did;
+  }
+
+  appLaunch(ws: Workspace, body: AppLaunch, at: number, reply: Reply): void {
+    const sent = body.did;
+    const known = typeof sent === 'string' ? ws.devices.get(sent) : undefined;
+    const device = known !== undefined && !known.loggedOut ? known : undefined;
+    const did = device !== undefined ? device.did : this.newDid(ws);
+    const sid = newId();
+    const customer = device !== undefined ? device.customerId : null;
+    this.acceptor.accept({ kind: 'app_launch', workspace: ws.name, at, did, sid, customer, data: body }, reply, JSON.stringify({ did, sid }));
+  }
+
+  trackEvent(ws: Workspace, body: TrackEvent, at: number, reply: Reply): void {
+    const device = this.activeDevice(ws, body.did, reply);
+    if (device === null) return;
+    this.acceptor.accept(
+      { kind: 'event', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
+      reply,
+      SUCCESS_BODY,
+    );
+  }
+
+  identify(ws: Workspace, body: Identify, at: number, reply: Reply): void {
+    const device = this.activeDevice(ws, body.did, reply);
+    if (device === null) return;
+    const customer = body.clientCustomerId ?? device.customerId;
+    this.acceptor.accept({ kind: 'identify', workspace: ws.name, at, did: device.did, sid: device.sid, customer, data: body }, reply, SUCCESS_BODY);
+  }
+
+  pushToken(ws: Workspace, body: PushToken, at: number, reply: Reply): void {
+    const device = this.activeDevice(ws, body.did, reply);
+    if (device === null) return;
+    this.acceptor.accept(
+      { kind: 'push_token', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
+      reply,
+      SUCCESS_BODY,
+    );
+  }
+
+  /** Logout needs a known did; logging out twice answers 200 (and is journaled like any write). */
+  logout(ws: Workspace, body: Logout, at: number, reply: Reply): void {
+    const device = ws.devices.get(body.did);
+    if (device === undefined) return this.acceptor.refuse([detail.deviceNotFound(body.did)], reply);
+    this.acceptor.accept(
+      { kind: 'logout', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
+      reply,
+      SUCCESS_BODY,
+    );
+  }
+}

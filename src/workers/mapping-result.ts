@@ -1,0 +1,23 @@
+// What goes to a mapping worker and what comes back (both threads import these types).
+import type { ValidationDetail } from '../schemas/details.ts';
+
+export interface MappingTask {
+  /** The raw body, transferred (not copied) to the worker. */
+  bytes: ArrayBuffer;
+  gzip: boolean;
+  limitBytes: number;
+  maxItems: number;
+}
+
+export type MappingTaskResult =
+  | { kind: 'tooLarge' | 'malformed'; message: string }
+  | { kind: 'invalid'; details: ValidationDetail[] }
+  | {
+      kind: 'ok';
+      /** Every distinct id, concatenated in order of first occurrence. */
+      text: string;
+      /** Length of each id in `text` (ids have at most 50 characters). */
+      lengths: Uint16Array;
+      /** Index in the request's `products` of each id's first occurrence. */
+      firstIndex: Uint32Array;
+    };

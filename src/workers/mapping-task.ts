@@ -1,0 +1,59 @@
+// Runs in a piscina worker: the heavy part of a big mapping request. Inflates (gzip), parses and
+// validates the body against the same compiled schema and Joi-style mapping the main thread
+// uses, de-duplicates the ids, and returns them compactly: one string of all distinct ids, their
+// lengths, and the index of each one's first occurrence (for product.notFound details).
+import { getHeapStatistics } from 'node:v8';
+import { resourceLimits } from 'node:worker_threads';
+import { inflateBody, parseJsonObject, type Encoding } from '../http/body.ts';
+import { distinctIds } from '../actors/mapping-ids.ts';
+import { mappingBody } from '../schemas/endpoints.ts';
+import { BodyValidator } from '../schemas/validators.ts';
+import type { MappingTask, MappingTaskResult } from './mapping-result.ts';
+
+const validators = new Map<number, BodyValidator>();
+
+/**
+ * Heap a body may need while it is parsed and de-duplicated, per byte of JSON (short strings
+ * cost ~24 bytes each, plus array slots and the de-duplication set).
+ */
+const HEAP_BYTES_PER_BODY_BYTE = 10;
+
+/**
+ * V8 cannot stop a worker in the middle of JSON.parse: a worker that reaches its heap limit
+ * there takes the whole process down with it, instead of being replaced. So a body that might
+ * not fit is refused before parsing (the request fails with 500, the worker lives on).
+ */
+function checkHeapRoom(bodyBytes: number): void {
+  // The old generation's limit is the one a parse runs into (heap_size_limit also counts the
+  // young generation, which can be much larger than the old one's limit here).
+  const { heap_size_limit, used_heap_size } = getHeapStatistics();
+  const oldLimitMb = resourceLimits.maxOldGenerationSizeMb;
+  const limit = oldLimitMb !== undefined && oldLimitMb > 0 ? oldLimitMb * 2 ** 20 : heap_size_limit;
+  const needed = bodyBytes * HEAP_BYTES_PER_BODY_BYTE;
+  if (used_heap_size + needed > limit) {
+    throw new Error(
+      `a ${bodyBytes}-byte mapping body needs about ${Math.ceil(needed / 2 ** 20)} MB to parse, more than this worker's heap allows (MAPPING_WORKER_MAX_MEMORY_MB)`,
+    );
+  }
+}
+
+function validatorFor(maxItems: number): BodyValidator {
+  let validator = validators.get(maxItems);
+  if (validator === undefined) validators.set(maxItems, (validator = new BodyValidator(mappingBody(maxItems))));
+  return validator;
+}
+
+export default function parseMapping(task: MappingTask): MappingTaskResult {
+  const encoding: Encoding = task.gzip ? 'gzip' : 'identity';
+  const inflated = inflateBody(Buffer.from(task.bytes), encoding, task.limitBytes);
+  if (!inflated.ok) return { kind: inflated.error, message: inflated.message };
+  checkHeapRoom(inflated.raw.length);
+  const decoded = parseJsonObject(inflated.raw);
+  if (!decoded.ok) return { kind: decoded.error, message: decoded.message };
+  const details = validatorFor(task.maxItems).validate(decoded.body);
+  if (details !== null) return { kind: 'invalid', details };
+  const { ids, firstIndex } = distinctIds(decoded.body.products as string[]);
+  const lengths = new Uint16Array(ids.length);
+  for (let i = 0; i < ids.length; i++) lengths[i] = ids[i]!.length;
+  return { kind: 'ok', text: ids.join(''), lengths, firstIndex: Uint32Array.from(firstIndex) };
+}
