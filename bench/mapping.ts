@@ -2,15 +2,18 @@
 // remove, so every request changes the collection) while autocannon measures track events at 256
 // connections. Reports mapping ids applied per second and track-event latency with and without
 // the mapping load (target: p99 with ≤ 2 × without), once with the worker pool and once without.
-//   npm run bench:mapping -- [seconds] [mappingClients]
+// Without and with mapping load are measured alternately over several rounds, medians reported.
+//   npm run bench:mapping -- [seconds] [mappingClients] [rounds]
 import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { spawn } from 'node:child_process';
-import { trackEventLoad } from './lib/load.ts';
+import { trackEventLoad, type TrackLatency } from './lib/load.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const mappingClients = Number(process.argv[3] ?? 2);
+const rounds = Number(process.argv[4] ?? 3);
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const IDS = 100_000;
 
 const trackEvents = (server: RunningServer, dids: string[]) => trackEventLoad(server.url, BENCH_KEY, dids, 256, seconds);
@@ -52,13 +55,23 @@ async function run(workers: number): Promise<string> {
     }
     const dids = await someDevices(target, 200);
     await trackEvents(server, dids); // warm up
-    const without = await trackEvents(server, dids);
-    const load = mappingLoad(server, mappingClients);
-    await new Promise((r) => setTimeout(r, 1500)); // the mapping clients start and get going
-    const withLoad = await trackEvents(server, dids);
-    const mapping = await load.stop();
-    const ratio = withLoad.p99 / Math.max(1, without.p99);
-    return `| ${workers === 0 ? 'off (main thread)' : `${workers} worker${workers > 1 ? 's' : ''}`} | ${without.p50} / ${without.p99} / ${without.max} | ${withLoad.p50} / ${withLoad.p99} / ${withLoad.max} | ${ratio.toFixed(2)} | ${Math.round(mapping.ids / mapping.seconds).toLocaleString('en')} (${mapping.requests} requests, ${mapping.failures} failed) | ${Math.round(without.requests / seconds).toLocaleString('en')} / ${Math.round(withLoad.requests / seconds).toLocaleString('en')} |`;
+    const without: TrackLatency[] = [];
+    const withLoad: TrackLatency[] = [];
+    const applied = { ids: 0, requests: 0, seconds: 0, failures: 0 };
+    for (let round = 0; round < rounds; round++) {
+      without.push(await trackEvents(server, dids));
+      const load = mappingLoad(server, mappingClients);
+      await new Promise((r) => setTimeout(r, 1500)); // the mapping clients start and get going
+      withLoad.push(await trackEvents(server, dids));
+      const mapping = await load.stop();
+      applied.ids += mapping.ids;
+      applied.requests += mapping.requests;
+      applied.failures += mapping.failures;
+      applied.seconds += mapping.seconds;
+    }
+    const m = (list: TrackLatency[], key: 'p50' | 'p99' | 'max' | 'requests') => median(list.map((l) => l[key]));
+    const ratio = m(withLoad, 'p99') / Math.max(1, m(without, 'p99'));
+    return `| ${workers === 0 ? 'off (main thread)' : `${workers} worker${workers > 1 ? 's' : ''}`} | ${m(without, 'p50')} / ${m(without, 'p99')} / ${m(without, 'max')} | ${m(withLoad, 'p50')} / ${m(withLoad, 'p99')} / ${m(withLoad, 'max')} | ${ratio.toFixed(2)} (${withLoad.map((w, i) => (w.p99 / Math.max(1, without[i]!.p99)).toFixed(2)).join(', ')}) | ${Math.round(applied.ids / applied.seconds).toLocaleString('en')} (${applied.requests} requests, ${applied.failures} failed) | ${Math.round(m(without, 'requests') / seconds).toLocaleString('en')} / ${Math.round(m(withLoad, 'requests') / seconds).toLocaleString('en')} |`;
   } finally {
     await server.stop();
   }
@@ -72,8 +85,8 @@ async function main(): Promise<void> {
     process.stderr.write(`${rows.at(-1)}\n`);
   }
   printTable(
-    `mapping ${new Date().toISOString()}: ${mappingClients} clients looping ${IDS.toLocaleString('en')}-id mapping requests (add, remove, ...) beside track events at 256 connections, ${seconds} s each`,
-    ['mapping parse', 'track p50 / p99 / max ms, no mappings', 'with mappings', 'p99 ratio (target ≤ 2)', 'mapping ids applied / s', 'track req/s without / with'],
+    `mapping ${new Date().toISOString()}: ${mappingClients} clients looping ${IDS.toLocaleString('en')}-id mapping requests (add, remove, ...) beside track events at 256 connections, ${seconds} s per measurement, medians of ${rounds} alternating rounds`,
+    ['mapping parse', 'track p50 / p99 / max ms, no mappings', 'with mappings', 'p99 ratio, median (each round) — target ≤ 2', 'mapping ids applied / s', 'track req/s without / with'],
     rows,
   );
 }

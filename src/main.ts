@@ -94,7 +94,7 @@ async function main(): Promise<void> {
       metrics.journalFailures.inc();
       log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
-  });
+  }, settings.journalMaxCommitsInFlight);
   writer = new SnapshotWriter(store, journal, () => workspaces, log, { sliceEntities: settings.snapshotSliceEntities });
   const intake = new Intake(workspaces, journal);
   const recovery = recover(store, workspaces, intake.interner);

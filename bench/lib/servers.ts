@@ -83,3 +83,9 @@ export function startIntake(extraEnv: NodeJS.ProcessEnv = {}, dataDir?: string):
 export function startBareUws(): Promise<RunningServer> {
   return start('bare-uws', 'bench/bare-uws.ts', {}, null);
 }
+
+/** The bare server plus group-committed LMDB writes, one commit in flight (its own data directory). */
+export function startBareUwsLmdb(): Promise<RunningServer> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'bare-lmdb-'));
+  return start('bare-uws-lmdb', 'bench/bare-uws-lmdb.ts', { DATA_DIR: dataDir }, dataDir);
+}

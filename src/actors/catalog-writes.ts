@@ -7,6 +7,7 @@ import type { Collection, Product } from '../schemas/endpoints.ts';
 import { SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
 import type { CatalogProduct } from './catalog-actor.ts';
 import type { CatalogJob } from './catalog-mailbox.ts';
+import { journalProducts } from '../journal/packed-ids.ts';
 import { distinctIds, type MappingIds } from './mapping-ids.ts';
 import type { Workspace } from './workspace.ts';
 
@@ -119,8 +120,10 @@ export class CatalogWrites {
       return reply.failed(failure);
     }
     staged.commit();
+    // Ids a worker already encoded go into the record as those bytes (packed-ids.ts).
+    const products = mapping.packed !== undefined ? journalProducts(mapping.packed) : ids;
     this.acceptor.journalApplied(
-      { kind: add ? 'collection_products_add' : 'collection_products_remove', workspace: ws.name, at, data: { id: collectionId, products: ids } },
+      { kind: add ? 'collection_products_add' : 'collection_products_remove', workspace: ws.name, at, data: { id: collectionId, products } },
       reply,
       SUCCESS_BODY,
     );

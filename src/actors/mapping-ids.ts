@@ -3,6 +3,8 @@
 export interface MappingIds {
   ids: string[];
   firstIndex: ArrayLike<number>;
+  /** `ids` already msgpack-encoded (by a worker), for the journal record. */
+  packed?: Uint8Array;
 }
 
 /** De-duplicates on this thread (bodies small enough not to need a worker). */
@@ -24,7 +26,7 @@ export function distinctIds(products: readonly string[]): MappingIds {
 const UNPACK_SLICE = 20_000;
 
 /** Unpacks a worker's compact result, a slice per event-loop turn. */
-export async function unpackIds(text: string, lengths: Uint16Array, firstIndex: Uint32Array): Promise<MappingIds> {
+export async function unpackIds(text: string, lengths: Uint16Array, firstIndex: Uint32Array, packed: Uint8Array): Promise<MappingIds> {
   const ids = new Array<string>(lengths.length);
   let position = 0;
   for (let i = 0; i < lengths.length; i++) {
@@ -33,5 +35,5 @@ export async function unpackIds(text: string, lengths: Uint16Array, firstIndex: 
     position = end;
     if (i % UNPACK_SLICE === UNPACK_SLICE - 1) await new Promise((resolve) => setImmediate(resolve));
   }
-  return { ids, firstIndex };
+  return { ids, firstIndex, packed };
 }

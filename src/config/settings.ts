@@ -11,6 +11,7 @@ export interface Settings {
   mappingBodyLimitBytes: number;
   mappingMaxItems: number;
   journalMaxBatchRecords: number;
+  journalMaxCommitsInFlight: number;
   commitMode: 'group' | 'sync';
   snapshotIntervalMs: number;
   snapshotEveryRecords: number;
@@ -50,6 +51,7 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'mappingBodyLimitBytes', env: 'MAPPING_BODY_LIMIT_BYTES', flag: '--mapping-body-limit-bytes', kind: 'integer', defaultValue: 16 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of the mapping endpoints (inflated size too)' },
   { key: 'mappingMaxItems', env: 'MAPPING_MAX_ITEMS', flag: '--mapping-max-items', kind: 'integer', defaultValue: 100_000, min: 1, max: 10_000_000, description: 'most product ids in one mapping request' },
   { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
+  { key: 'journalMaxCommitsInFlight', env: 'JOURNAL_MAX_COMMITS_IN_FLIGHT', flag: '--journal-max-commits-in-flight', kind: 'integer', defaultValue: 2, min: 1, max: 64, description: 'journal batches handed to LMDB and not yet durable; while that many are, the open batch keeps growing' },
   { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },
   { key: 'snapshotIntervalMs', env: 'SNAPSHOT_INTERVAL_MS', flag: '--snapshot-interval-ms', kind: 'integer', defaultValue: 300_000, min: 0, max: 86_400_000, description: 'take a snapshot this often when anything changed (0: not on a timer)' },
   { key: 'snapshotEveryRecords', env: 'SNAPSHOT_EVERY_RECORDS', flag: '--snapshot-every-records', kind: 'integer', defaultValue: 1_000_000, min: 0, max: 1_000_000_000, description: 'also take a snapshot once this many records were journaled since the last one (0: never by count)' },

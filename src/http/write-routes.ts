@@ -78,7 +78,7 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, mapping
         return request.invalid([...(idDetails ?? []), ...result.details].slice(0, MAX_DETAILS));
     }
     if (idDetails !== null) return request.invalid(idDetails);
-    return unpackIds(result.text, result.lengths, result.firstIndex).then((mapping) =>
+    return unpackIds(result.text, result.lengths, result.firstIndex, result.packed).then((mapping) =>
       catalog.applyMapping(request.workspace, request.param, add, mapping, request.at, request),
     );
   };

@@ -36,6 +36,7 @@ export class Journal {
   private readonly db: Database<JournalRecord[], number>;
   private readonly mode: CommitMode;
   private readonly maxBatchRecords: number;
+  private readonly maxInFlight: number;
   private readonly stats: JournalStats;
   private nextSeq: number;
   private current: Batch | null = null;
@@ -45,10 +46,11 @@ export class Journal {
   private failure: Error | null = null;
   private idleWaiters: Array<() => void> = [];
 
-  constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}) {
+  constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}, maxInFlight = 2) {
     this.db = db;
     this.mode = mode;
     this.maxBatchRecords = maxBatchRecords;
+    this.maxInFlight = maxInFlight;
     this.stats = stats;
     this.nextSeq = Journal.lastSeq(db) + 1;
     this.flushNow = this.flushNow.bind(this);
@@ -150,7 +152,9 @@ export class Journal {
 
   private flushNow(): void {
     this.flushScheduled = false;
-    this.closeBatch();
+    // With enough commits in flight the batch stays open and grows; the next commit to settle
+    // closes it. Bigger batches under load, and never more than a few commits queued in LMDB.
+    if (this.inFlight.length < this.maxInFlight) this.closeBatch();
   }
 
   private closeBatch(): void {
@@ -172,6 +176,11 @@ export class Journal {
   }
 
   private settle(batch: Batch, error: Error | null, commitLatencyMs: number): void {
+    this.settleBatch(batch, error, commitLatencyMs);
+    if (this.current !== null && this.failure === null && this.inFlight.length < this.maxInFlight) this.closeBatch();
+  }
+
+  private settleBatch(batch: Batch, error: Error | null, commitLatencyMs: number): void {
     // lmdb-js also rejects a shared `commitError` promise that nobody else awaits; left alone,
     // that unhandled rejection would end the process instead of this failure being reported.
     const commitError = (error as { commitError?: unknown } | null)?.commitError;

@@ -5,6 +5,8 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { JournalRecord } from './records.ts';
+// Registers the msgpack extension of packed id lists, so this process can read such records.
+import './packed-ids.ts';
 
 export interface StoredKey {
   workspace: string;

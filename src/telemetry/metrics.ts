@@ -1,5 +1,7 @@
 // Prometheus metrics (prom-client). Per-route children are resolved once, so the hot path does
 // not hash label values on every request.
+import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { getHeapStatistics } from 'node:v8';
 import client from 'prom-client';
 
 export class RouteMetrics {
@@ -74,6 +76,17 @@ export class Metrics {
           this.set(read());
         },
       });
+    // The heap right after a major GC is about what the state needs (the rest is garbage).
+    let heapAfterMajorGc = 0;
+    const observer = new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) {
+        if (((entry as unknown as { detail?: { kind?: number } }).detail)?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) {
+          heapAfterMajorGc = getHeapStatistics().used_heap_size;
+        }
+      }
+    });
+    observer.observe({ entryTypes: ['gc'] });
+    gauge('intake_heap_used_after_major_gc_bytes', 'V8 heap in use right after the last major GC (live data, roughly)', () => heapAfterMajorGc);
     gauge('intake_devices', 'devices held in memory, all workspaces', () => counts.devices());
     gauge('intake_products', 'products held in memory, all workspaces', () => counts.products());
     gauge('intake_collections', 'collections held in memory, all workspaces', () => counts.collections());

@@ -20,4 +20,6 @@ export type MappingTaskResult =
       lengths: Uint16Array;
       /** Index in the request's `products` of each id's first occurrence. */
       firstIndex: Uint32Array;
+      /** The distinct ids, msgpack-encoded for the journal record (packed-ids.ts). */
+      packed: Uint8Array;
     };

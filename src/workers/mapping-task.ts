@@ -6,6 +6,7 @@ import { getHeapStatistics } from 'node:v8';
 import { resourceLimits } from 'node:worker_threads';
 import { inflateBody, parseJsonObject, type Encoding } from '../http/body.ts';
 import { distinctIds } from '../actors/mapping-ids.ts';
+import { packIds } from '../journal/packed-ids.ts';
 import { mappingBody } from '../schemas/endpoints.ts';
 import { BodyValidator } from '../schemas/validators.ts';
 import type { MappingTask, MappingTaskResult } from './mapping-result.ts';
@@ -55,5 +56,5 @@ export default function parseMapping(task: MappingTask): MappingTaskResult {
   const { ids, firstIndex } = distinctIds(decoded.body.products as string[]);
   const lengths = new Uint16Array(ids.length);
   for (let i = 0; i < ids.length; i++) lengths[i] = ids[i]!.length;
-  return { kind: 'ok', text: ids.join(''), lengths, firstIndex: Uint32Array.from(firstIndex) };
+  return { kind: 'ok', text: ids.join(''), lengths, firstIndex: Uint32Array.from(firstIndex), packed: packIds(ids) };
 }
