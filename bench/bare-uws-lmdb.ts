@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open } from 'lmdb';
 import uWS, { type HttpResponse } from 'uWebSockets.js';
+import { readBody } from './lib/uws-body.ts';
 
 const port = Number(process.env.PORT ?? 0);
 const db = open({ path: join(process.env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'bare-lmdb-')), 'yardstick.mdb') });
@@ -47,17 +48,10 @@ uWS
   .App()
   .post('/*', (res) => {
     const waiting: Waiting = { res, aborted: false };
-    let chunks: Buffer[] | null = null;
     res.onAborted(() => {
       waiting.aborted = true;
     });
-    res.onData((chunk, isLast) => {
-      if (!isLast) {
-        (chunks ??= []).push(Buffer.from(chunk.slice(0)));
-        return;
-      }
-      const last = Buffer.from(chunk);
-      const body = chunks === null ? last : Buffer.concat([...chunks, last]);
+    readBody(res, (body) => {
       let parsed: unknown;
       try {
         parsed = JSON.parse(body.toString('utf8'));

@@ -1,6 +1,7 @@
 // Yardstick: a bare uWebSockets.js server that only reads the body, parses the JSON and answers.
 // Whatever intake costs beyond this is our validation, actors, journal and bookkeeping.
 import uWS from 'uWebSockets.js';
+import { readBody } from './lib/uws-body.ts';
 
 const port = Number(process.env.PORT ?? 0);
 const SUCCESS = '{"success":true}';
@@ -9,17 +10,10 @@ uWS
   .App()
   .post('/*', (res) => {
     let aborted = false;
-    let chunks: Buffer[] | null = null;
     res.onAborted(() => {
       aborted = true;
     });
-    res.onData((chunk, isLast) => {
-      if (!isLast) {
-        (chunks ??= []).push(Buffer.from(chunk.slice(0)));
-        return;
-      }
-      const last = Buffer.from(chunk);
-      const body = chunks === null ? last : Buffer.concat([...chunks, last]);
+    readBody(res, (body) => {
       let ok = true;
       try {
         JSON.parse(body.toString('utf8'));
