@@ -140,7 +140,7 @@ async function main(): Promise<void> {
     await writer!.abort();
     if (journal.failed === null) {
       const deadline = setTimeout(() => void writer!.abort(), Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt)));
-      await writer!.snapshot('shutdown');
+      await writer!.snapshot('shutdown', { paced: false });
       clearTimeout(deadline);
     }
     auth.stop();

@@ -223,4 +223,38 @@ describe('snapshot exactness', () => {
       await store.close();
     }
   });
+
+  test('a completed snapshot removes every older one, complete or aborted, chunks and meta', async () => {
+    const store = openStore(tempDataDir());
+    let writer: SnapshotWriter | null = null;
+    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+    const journal = new Journal(store.journal, 'group', 8192);
+    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
+    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(11));
+    try {
+      // Enough devices for several chunks (a chunk holds 250 entries).
+      for (let i = 0; i < 6000; i++) workload.step();
+      const first = await writer.snapshot('first');
+      assert.ok(first && first.chunks > 1);
+      for (let i = 0; i < 300; i++) workload.step();
+      const aborted = writer.snapshot('aborted');
+      const snapshotIds = () => new Set([...store.snapshotChunks.getKeys()].map((key) => key[0]));
+      for (let i = 0; i < 10_000 && snapshotIds().size < 2; i++) await turn();
+      await writer.abort();
+      assert.equal(await aborted, null);
+      assert.equal(snapshotIds().size, 2, 'the aborted snapshot left chunks behind');
+      for (let i = 0; i < 300; i++) workload.step();
+      const third = await writer.snapshot('third');
+      assert.ok(third);
+      assert.deepEqual([...store.snapshots.getKeys()], [third.id]);
+      const chunkIds = [...store.snapshotChunks.getKeys()].map((key) => key[0]);
+      assert.equal(chunkIds.length, third.chunks);
+      assert.ok(chunkIds.every((id) => id === third.id));
+      await journal.drain();
+      assert.deepEqual(fromSnapshot(store, third.id), replayUpTo(store, third.seq));
+    } finally {
+      await journal.drain();
+      await store.close();
+    }
+  });
 });
