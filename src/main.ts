@@ -119,7 +119,6 @@ async function main(): Promise<void> {
     openApiJson: JSON.stringify(buildOpenApi(routes, version)),
     journalFailure: () => journal.failed,
   });
-  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers }, 'listening');
 
   let stopping = false;
   const stop = async (signal: string): Promise<void> => {
@@ -154,6 +153,9 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   process.on('SIGUSR2', () => void schedule.snapshotNow('SIGUSR2'));
+  // Logged only once the handlers above are in place: a supervisor that signals as soon as it
+  // reads "listening" must get a graceful stop, not Node's default exit.
+  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers }, 'listening');
 }
 
 main().catch((error: unknown) => {

@@ -31,7 +31,9 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
         }
       };
       const writers = Array.from({ length: 48 }, (_, w) => writer(w));
-      await new Promise((r) => setTimeout(r, 400));
+      // Stop once writes are flowing (not after a fixed time: a loaded machine is slower).
+      const flowingBy = Date.now() + 10_000;
+      while (acknowledged.length < 200 && Date.now() < flowingBy) await new Promise((r) => setTimeout(r, 20));
       const signalledAt = Date.now();
       const exited = new Promise<number | null>((resolve) => server.child.once('close', (code) => resolve(code)));
       server.child.kill(signal);

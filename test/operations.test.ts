@@ -129,18 +129,21 @@ describe('npm start', () => {
       stdio: ['ignore', 'pipe', 'ignore'],
     });
     const messages: string[] = [];
+    const lines = createInterface({ input: npm.stdout! });
+    // The server shares npm's stdout: the stream closes once the server itself has exited.
+    const outputClosed = new Promise<void>((resolve) => lines.once('close', resolve));
     const listening = new Promise<void>((resolve) =>
-      createInterface({ input: npm.stdout! }).on('line', (line) => {
+      lines.on('line', (line) => {
         const msg = (JSON.parse(line) as { msg: string }).msg;
         messages.push(msg);
         if (msg === 'listening') resolve();
       }),
     );
     await listening;
-    const exited = new Promise((resolve) => npm.once('exit', resolve));
     npm.kill('SIGTERM');
-    await exited;
-    await new Promise((r) => setTimeout(r, 200));
+    const timedOut = await Promise.race([outputClosed.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 15_000).unref())]);
+    assert.equal(timedOut, false, 'the server exited within 15 s of SIGTERM');
+    assert.ok(messages.includes('stopping: no new requests, answering those in flight'), `the server got the SIGTERM: ${messages.join(', ')}`);
     assert.ok(messages.includes('stopped'), `the server logged its graceful stop: ${messages.join(', ')}`);
   });
 });
