@@ -123,28 +123,40 @@ describe('npm start', () => {
   test('passes SIGTERM on to the server, which stops gracefully', async () => {
     const { spawn } = await import('node:child_process');
     const { createInterface } = await import('node:readline');
+    // Its own process group, so a failing run can kill npm and the server together.
     const npm = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
       env: { ...process.env, DATA_DIR: tempDataDir(), PORT: '0', HOST: '127.0.0.1', SERVICE_KEYS: 'k-123456789' },
       stdio: ['ignore', 'pipe', 'ignore'],
+      detached: true,
     });
-    const messages: string[] = [];
-    const lines = createInterface({ input: npm.stdout! });
-    // The server shares npm's stdout: the stream closes once the server itself has exited.
-    const outputClosed = new Promise<void>((resolve) => lines.once('close', resolve));
-    const listening = new Promise<void>((resolve) =>
-      lines.on('line', (line) => {
-        const msg = (JSON.parse(line) as { msg: string }).msg;
-        messages.push(msg);
-        if (msg === 'listening') resolve();
-      }),
-    );
-    await listening;
-    npm.kill('SIGTERM');
-    const timedOut = await Promise.race([outputClosed.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 15_000).unref())]);
-    assert.equal(timedOut, false, 'the server exited within 15 s of SIGTERM');
-    assert.ok(messages.includes('stopping: no new requests, answering those in flight'), `the server got the SIGTERM: ${messages.join(', ')}`);
-    assert.ok(messages.includes('stopped'), `the server logged its graceful stop: ${messages.join(', ')}`);
+    try {
+      const messages: string[] = [];
+      const lines = createInterface({ input: npm.stdout! });
+      // The server shares npm's stdout: the stream closes once the server itself has exited.
+      const outputClosed = new Promise<void>((resolve) => lines.once('close', resolve));
+      const listening = new Promise<boolean>((resolve) => {
+        lines.on('line', (line) => {
+          const msg = (JSON.parse(line) as { msg: string }).msg;
+          messages.push(msg);
+          if (msg === 'listening') resolve(true);
+        });
+        npm.once('exit', () => resolve(false));
+      });
+      assert.ok(await listening, `the server started: ${messages.join(', ')}`);
+      npm.kill('SIGTERM');
+      const timedOut = await Promise.race([outputClosed.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 15_000).unref())]);
+      assert.equal(timedOut, false, 'the server exited within 15 s of SIGTERM');
+      assert.ok(messages.includes('stopping: no new requests, answering those in flight'), `the server got the SIGTERM: ${messages.join(', ')}`);
+      assert.ok(messages.includes('stopped'), `the server logged its graceful stop: ${messages.join(', ')}`);
+    } finally {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // the group is gone already: the normal case
+      }
+      npm.stdout!.destroy();
+    }
   });
 });
 

@@ -12,6 +12,7 @@ import { ProfileInterner } from '../src/actors/interner.ts';
 import { collectionViews, customerViews, deviceView, productViews } from '../src/actors/views.ts';
 import { Workspaces } from '../src/actors/workspace.ts';
 import { Journal } from '../src/journal/journal.ts';
+import { recover } from '../src/journal/recovery.ts';
 import { loadSnapshot } from '../src/journal/snapshot-loader.ts';
 import { SnapshotWriter } from '../src/journal/snapshot-writer.ts';
 import { openStore, type SnapshotMeta, type Store } from '../src/journal/store.ts';
@@ -252,6 +253,59 @@ describe('snapshot exactness', () => {
       assert.ok(chunkIds.every((id) => id === third.id));
       await journal.drain();
       assert.deepEqual(fromSnapshot(store, third.id), replayUpTo(store, third.seq));
+    } finally {
+      await journal.drain();
+      await store.close();
+    }
+  });
+
+  test('after a restart, chunks left without a meta (aborted, or a crash while removing) are never reused or read, and go with the next snapshot', async () => {
+    const dataDir = tempDataDir();
+    let store = openStore(dataDir);
+    let writer: SnapshotWriter | null = null;
+    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+    let journal = new Journal(store.journal, 'group', 8192);
+    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
+    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(13));
+    const snapshotIds = () => [...new Set([...store.snapshotChunks.getKeys()].map((key) => key[0]))];
+    let second: SnapshotMeta | null;
+    try {
+      for (let i = 0; i < 6000; i++) workload.step();
+      const first = await writer.snapshot('first');
+      for (let i = 0; i < 300; i++) workload.step();
+      second = await writer.snapshot('second');
+      assert.ok(first && second && second.id > first.id);
+      // An aborted snapshot leaves chunks above the newest meta...
+      for (let i = 0; i < 300; i++) workload.step();
+      const aborted = writer.snapshot('aborted');
+      for (let i = 0; i < 10_000 && snapshotIds().length < 2; i++) await turn();
+      await writer.abort();
+      assert.equal(await aborted, null);
+      // ...and a crash between removing an old meta and its chunks leaves chunks below it.
+      await store.snapshotChunks.put([first.id, 0], Buffer.from('not a chunk of any snapshot'));
+      assert.deepEqual(snapshotIds(), [first.id, second.id, second.id + 1]);
+    } finally {
+      await journal.drain();
+      await store.close();
+    }
+
+    // Restart: recover from the store as main.ts does, then snapshot again.
+    store = openStore(dataDir);
+    writer = null;
+    const recovered = new Workspaces((name) => writer!.trackerFor(name));
+    journal = new Journal(store.journal, 'group', 8192);
+    writer = new SnapshotWriter(store, journal, () => recovered, pino({ level: 'silent' }), { sliceEntities: 50 });
+    const intake = new Intake(recovered, journal);
+    const report = recover(store, recovered, intake.interner);
+    assert.equal(report.snapshotId, second.id, 'recovery uses the newest complete snapshot');
+    journal.continueAfter(report.lastSeq);
+    try {
+      const next = await writer.snapshot('after restart');
+      assert.ok(next);
+      assert.equal(next.id, second.id + 2, 'the aborted snapshot\'s id is not reused');
+      assert.deepEqual(snapshotIds(), [next.id]);
+      assert.deepEqual([...store.snapshots.getKeys()], [next.id]);
+      assert.deepEqual(fromSnapshot(store, next.id), replayUpTo(store, next.seq));
     } finally {
       await journal.drain();
       await store.close();

@@ -22,6 +22,7 @@ const MAX_CHUNKS_IN_FLIGHT = 8;
  * main thread (see WalkPace). */
 const WALK_BUSY_MS = 4;
 const WALK_PAUSE_PER_BUSY = 3;
+const WALK_MAX_PAUSE_MS = 50;
 /** Entries per chunk (one LMDB value, ~12 KB for devices): bigger chunks made each flush
  * longer and pushed request p99 up while a snapshot ran (14 ms vs 8 ms at 64 connections). */
 const CHUNK_ENTRIES = 250;
@@ -86,7 +87,7 @@ class RunningSnapshot {
 }
 
 export interface SnapshotWriterOptions {
-  /** Entities serialized per slice between requests (and per chunk). */
+  /** Entities serialized per slice between requests (chunks are CHUNK_ENTRIES, whatever this is). */
   sliceEntities: number;
 }
 
@@ -248,11 +249,17 @@ class WalkPace {
 
   constructor(private readonly paced: boolean) {}
 
+  /**
+   * Ends a stretch of walking: yields to requests, and pauses if the walk had its share. Time
+   * spent waiting for chunk writes (backpressure) counts as walking on purpose: a slow disk
+   * makes the walk back off and leaves the disk to the journal (p99 during a snapshot 10 to 13 ms
+   * at 64 connections, against 15 to 16 ms when only the walk's own time counted). The cap
+   * keeps abort() and graceful stop prompt.
+   */
   async yield(): Promise<void> {
-    const now = performance.now();
-    this.busyMs += now - this.busySince;
+    this.busyMs += performance.now() - this.busySince;
     if (this.paced && this.busyMs >= WALK_BUSY_MS) {
-      await sleep(this.busyMs * WALK_PAUSE_PER_BUSY);
+      await sleep(Math.min(this.busyMs * WALK_PAUSE_PER_BUSY, WALK_MAX_PAUSE_MS));
       this.busyMs = 0;
     } else {
       await yieldToRequests();
