@@ -106,16 +106,40 @@ function fromSnapshot(store: Store, id: number): unknown {
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** The real store, journal, actors and snapshot writer, wired as main.ts wires them. */
+function openRig(dataDir: string, sliceEntities: number) {
+  const store = openStore(dataDir);
+  let writer: SnapshotWriter | null = null;
+  const workspaces = new Workspaces((name) => writer!.trackerFor(name));
+  const journal = new Journal(store.journal, 'group', 8192);
+  writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities });
+  const intake = new Intake(workspaces, journal);
+  const close = async (): Promise<void> => {
+    await journal.drain();
+    await store.close();
+  };
+  return { store, workspaces, journal, writer, intake, close };
+}
+
+/** The snapshot ids that have chunks in the store, in order. */
+function chunkSnapshotIds(store: Store): number[] {
+  return [...new Set([...store.snapshotChunks.getKeys()].map((key) => key[0] as number))];
+}
+
+/** Starts a snapshot and aborts it once its first chunk is in the store. */
+async function abortAfterFirstChunk(store: Store, writer: SnapshotWriter): Promise<void> {
+  const before = chunkSnapshotIds(store).length;
+  const aborted = writer.snapshot('aborted');
+  for (let i = 0; i < 10_000 && chunkSnapshotIds(store).length <= before; i++) await turn();
+  await writer.abort();
+  assert.equal(await aborted, null);
+}
+
 describe('snapshot exactness', () => {
   for (const seed of [1, 2, 3]) {
     test(`seed ${seed}: 12 snapshots written while random writes run between their slices equal a replay up to their seq`, async () => {
-      const store = openStore(tempDataDir());
+      const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 2);
       const rnd = seededRandom(seed);
-      let writer: SnapshotWriter | null = null;
-      const workspaces = new Workspaces((name) => writer!.trackerFor(name));
-      const journal = new Journal(store.journal, 'group', 8192);
-      writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 2 });
-      const intake = new Intake(workspaces, journal);
       const workload = new Workload(intake, workspaces, rnd);
       try {
         for (let i = 0; i < 300; i++) workload.step();
@@ -141,20 +165,14 @@ describe('snapshot exactness', () => {
         // Only the newest complete snapshot is kept.
         assert.equal([...store.snapshots.getKeys()].length, 1);
       } finally {
-        await journal.drain();
-        await store.close();
+        await close();
       }
     });
   }
 
   test('big mappings applied in slices, with writes queued behind them, while snapshots run', async () => {
-    const store = openStore(tempDataDir());
+    const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 50);
     const rnd = seededRandom(42);
-    let writer: SnapshotWriter | null = null;
-    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
-    const journal = new Journal(store.journal, 'group', 8192);
-    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 50 });
-    const intake = new Intake(workspaces, journal);
     const ws = workspaces.get('a');
     const productIds = Array.from({ length: 12_000 }, (_, i) => `p${i}`);
     try {
@@ -194,18 +212,13 @@ describe('snapshot exactness', () => {
       assert.deepEqual(views(workspaces), replayUpTo(store, Number.MAX_SAFE_INTEGER));
     } finally {
       while (!ws.catalog.mailbox.idle) await turn();
-      await journal.drain();
-      await store.close();
+      await close();
     }
   });
 
   test('an aborted snapshot is never used; the previous complete one stays', async () => {
-    const store = openStore(tempDataDir());
-    let writer: SnapshotWriter | null = null;
-    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
-    const journal = new Journal(store.journal, 'group', 8192);
-    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
-    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(9));
+    const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 1);
+    const workload = new Workload(intake, workspaces, seededRandom(9));
     try {
       for (let i = 0; i < 200; i++) workload.step();
       const first = await writer.snapshot('first');
@@ -220,30 +233,21 @@ describe('snapshot exactness', () => {
       await journal.drain();
       assert.deepEqual(fromSnapshot(store, first.id), replayUpTo(store, first.seq));
     } finally {
-      await journal.drain();
-      await store.close();
+      await close();
     }
   });
 
   test('a completed snapshot removes every older one, complete or aborted, chunks and meta', async () => {
-    const store = openStore(tempDataDir());
-    let writer: SnapshotWriter | null = null;
-    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
-    const journal = new Journal(store.journal, 'group', 8192);
-    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
-    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(11));
+    const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 1);
+    const workload = new Workload(intake, workspaces, seededRandom(11));
     try {
       // Enough devices for several chunks (a chunk holds 250 entries).
       for (let i = 0; i < 6000; i++) workload.step();
       const first = await writer.snapshot('first');
       assert.ok(first && first.chunks > 1);
       for (let i = 0; i < 300; i++) workload.step();
-      const aborted = writer.snapshot('aborted');
-      const snapshotIds = () => new Set([...store.snapshotChunks.getKeys()].map((key) => key[0]));
-      for (let i = 0; i < 10_000 && snapshotIds().size < 2; i++) await turn();
-      await writer.abort();
-      assert.equal(await aborted, null);
-      assert.equal(snapshotIds().size, 2, 'the aborted snapshot left chunks behind');
+      await abortAfterFirstChunk(store, writer);
+      assert.equal(chunkSnapshotIds(store).length, 2, 'the aborted snapshot left chunks behind');
       for (let i = 0; i < 300; i++) workload.step();
       const third = await writer.snapshot('third');
       assert.ok(third);
@@ -254,61 +258,45 @@ describe('snapshot exactness', () => {
       await journal.drain();
       assert.deepEqual(fromSnapshot(store, third.id), replayUpTo(store, third.seq));
     } finally {
-      await journal.drain();
-      await store.close();
+      await close();
     }
   });
 
   test('after a restart, chunks left without a meta (aborted, or a crash while removing) are never reused or read, and go with the next snapshot', async () => {
     const dataDir = tempDataDir();
-    let store = openStore(dataDir);
-    let writer: SnapshotWriter | null = null;
-    const workspaces = new Workspaces((name) => writer!.trackerFor(name));
-    let journal = new Journal(store.journal, 'group', 8192);
-    writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities: 1 });
-    const workload = new Workload(new Intake(workspaces, journal), workspaces, seededRandom(13));
-    const snapshotIds = () => [...new Set([...store.snapshotChunks.getKeys()].map((key) => key[0]))];
+    const before = openRig(dataDir, 1);
+    const workload = new Workload(before.intake, before.workspaces, seededRandom(13));
     let second: SnapshotMeta | null;
     try {
       for (let i = 0; i < 6000; i++) workload.step();
-      const first = await writer.snapshot('first');
+      const first = await before.writer.snapshot('first');
       for (let i = 0; i < 300; i++) workload.step();
-      second = await writer.snapshot('second');
+      second = await before.writer.snapshot('second');
       assert.ok(first && second && second.id > first.id);
       // An aborted snapshot leaves chunks above the newest meta...
       for (let i = 0; i < 300; i++) workload.step();
-      const aborted = writer.snapshot('aborted');
-      for (let i = 0; i < 10_000 && snapshotIds().length < 2; i++) await turn();
-      await writer.abort();
-      assert.equal(await aborted, null);
+      await abortAfterFirstChunk(before.store, before.writer);
       // ...and a crash between removing an old meta and its chunks leaves chunks below it.
-      await store.snapshotChunks.put([first.id, 0], Buffer.from('not a chunk of any snapshot'));
-      assert.deepEqual(snapshotIds(), [first.id, second.id, second.id + 1]);
+      await before.store.snapshotChunks.put([first.id, 0], Buffer.from('not a chunk of any snapshot'));
+      assert.deepEqual(chunkSnapshotIds(before.store), [first.id, second.id, second.id + 1]);
     } finally {
-      await journal.drain();
-      await store.close();
+      await before.close();
     }
 
     // Restart: recover from the store as main.ts does, then snapshot again.
-    store = openStore(dataDir);
-    writer = null;
-    const recovered = new Workspaces((name) => writer!.trackerFor(name));
-    journal = new Journal(store.journal, 'group', 8192);
-    writer = new SnapshotWriter(store, journal, () => recovered, pino({ level: 'silent' }), { sliceEntities: 50 });
-    const intake = new Intake(recovered, journal);
-    const report = recover(store, recovered, intake.interner);
+    const after = openRig(dataDir, 50);
+    const report = recover(after.store, after.workspaces, after.intake.interner);
     assert.equal(report.snapshotId, second.id, 'recovery uses the newest complete snapshot');
-    journal.continueAfter(report.lastSeq);
+    after.journal.continueAfter(report.lastSeq);
     try {
-      const next = await writer.snapshot('after restart');
+      const next = await after.writer.snapshot('after restart');
       assert.ok(next);
       assert.equal(next.id, second.id + 2, 'the aborted snapshot\'s id is not reused');
-      assert.deepEqual(snapshotIds(), [next.id]);
-      assert.deepEqual([...store.snapshots.getKeys()], [next.id]);
-      assert.deepEqual(fromSnapshot(store, next.id), replayUpTo(store, next.seq));
+      assert.deepEqual(chunkSnapshotIds(after.store), [next.id]);
+      assert.deepEqual([...after.store.snapshots.getKeys()], [next.id]);
+      assert.deepEqual(fromSnapshot(after.store, next.id), replayUpTo(after.store, next.seq));
     } finally {
-      await journal.drain();
-      await store.close();
+      await after.close();
     }
   });
 });

@@ -23,14 +23,22 @@ export interface RunningServer {
   url: string;
   child: ChildProcess;
   dataDir: string | null;
+  /** Every JSON log line the server wrote up to and including "listening". */
+  startupLogs: Array<Record<string, unknown>>;
   /** Calls `listener` with every JSON log line the server writes from now on. */
   onLog(listener: (entry: Record<string, unknown>) => void): void;
   stop(): Promise<void>;
 }
 
-function waitForPort(child: ChildProcess, name: string, listeners: Array<(entry: Record<string, unknown>) => void>): Promise<number> {
+function waitForPort(
+  child: ChildProcess,
+  name: string,
+  listeners: Array<(entry: Record<string, unknown>) => void>,
+  startupLogs: Array<Record<string, unknown>>,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout! });
+    let listening = false;
     lines.on('line', (line) => {
       let parsed: Record<string, unknown> | null = null;
       try {
@@ -39,8 +47,12 @@ function waitForPort(child: ChildProcess, name: string, listeners: Array<(entry:
         // not a JSON log line
       }
       if (parsed === null) return;
+      if (!listening) startupLogs.push(parsed);
       for (const listener of listeners) listener(parsed);
-      if (parsed.msg === 'listening' && typeof parsed.port === 'number') resolve(parsed.port);
+      if (parsed.msg === 'listening' && typeof parsed.port === 'number') {
+        listening = true;
+        resolve(parsed.port);
+      }
     });
     child.once('exit', (code) => reject(new Error(`${name} exited (${code}) before listening`)));
   });
@@ -53,11 +65,13 @@ async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataD
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const listeners: Array<(entry: Record<string, unknown>) => void> = [];
-  const port = await waitForPort(child, name, listeners);
+  const startupLogs: Array<Record<string, unknown>> = [];
+  const port = await waitForPort(child, name, listeners, startupLogs);
   return {
     url: `http://127.0.0.1:${port}`,
     child,
     dataDir,
+    startupLogs,
     onLog: (listener) => listeners.push(listener),
     async stop() {
       if (child.exitCode === null) {

@@ -1,6 +1,7 @@
 // Live device writes: app launch, track event, identify, push token, logout. Each runs to the end
 // at once, so writes reach a device actor strictly in arrival order.
 import { detail } from '../schemas/details.ts';
+import type { DeviceRecord } from '../journal/records.ts';
 import type { AppLaunch, Identify, Logout, PushToken, TrackEvent } from '../schemas/endpoints.ts';
 import { SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
 import { DeviceActor } from './device-actor.ts';
@@ -38,39 +39,29 @@ export class DeviceWrites {
 
   trackEvent(ws: Workspace, body: TrackEvent, at: number, reply: Reply): void {
     const device = this.activeDevice(ws, body.did, reply);
-    if (device === null) return;
-    this.acceptor.accept(
-      { kind: 'event', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
-      reply,
-      SUCCESS_BODY,
-    );
+    if (device !== null) this.acceptFor(ws, device, 'event', body, device.customerId, at, reply);
   }
 
   identify(ws: Workspace, body: Identify, at: number, reply: Reply): void {
     const device = this.activeDevice(ws, body.did, reply);
-    if (device === null) return;
-    const customer = body.clientCustomerId ?? device.customerId;
-    this.acceptor.accept({ kind: 'identify', workspace: ws.name, at, did: device.did, sid: device.sid, customer, data: body }, reply, SUCCESS_BODY);
+    if (device !== null) this.acceptFor(ws, device, 'identify', body, body.clientCustomerId ?? device.customerId, at, reply);
   }
 
   pushToken(ws: Workspace, body: PushToken, at: number, reply: Reply): void {
     const device = this.activeDevice(ws, body.did, reply);
-    if (device === null) return;
-    this.acceptor.accept(
-      { kind: 'push_token', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
-      reply,
-      SUCCESS_BODY,
-    );
+    if (device !== null) this.acceptFor(ws, device, 'push_token', body, device.customerId, at, reply);
   }
 
   /** Logout needs a known did; logging out twice answers 200 (and is journaled like any write). */
   logout(ws: Workspace, body: Logout, at: number, reply: Reply): void {
     const device = ws.devices.get(body.did);
     if (device === undefined) return this.acceptor.refuse([detail.deviceNotFound(body.did)], reply);
-    this.acceptor.accept(
-      { kind: 'logout', workspace: ws.name, at, did: device.did, sid: device.sid, customer: device.customerId, data: body },
-      reply,
-      SUCCESS_BODY,
-    );
+    this.acceptFor(ws, device, 'logout', body, device.customerId, at, reply);
+  }
+
+  /** Journals a write to an existing device: its record carries the device's did and session. */
+  private acceptFor<R extends DeviceRecord>(ws: Workspace, device: DeviceActor, kind: R['kind'], data: R['data'], customer: string | null, at: number, reply: Reply): void {
+    const record = { kind, workspace: ws.name, at, did: device.did, sid: device.sid, customer, data } as DeviceRecord;
+    this.acceptor.accept(record, reply, SUCCESS_BODY);
   }
 }
