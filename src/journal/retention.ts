@@ -10,8 +10,13 @@ export interface TrimReport {
   firstKeptSeq: number | null;
 }
 
-/** Most batches deleted per LMDB transaction, so trimming never holds the writer for long. */
-const TRIM_BATCHES_PER_TXN = 1_000;
+/**
+ * Most batches read (decoded, on the main thread) and deleted per step; requests run between
+ * steps. A batch holds up to 8,192 records, so 1,000 at once could hold the event loop.
+ */
+const TRIM_BATCHES_PER_TXN = 100;
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export async function trimJournal(store: Store, coveredSeq: number, olderThanMs: number): Promise<TrimReport> {
   const report: TrimReport = { batches: 0, records: 0, firstKeptSeq: null };
@@ -38,5 +43,6 @@ export async function trimJournal(store: Store, coveredSeq: number, olderThanMs:
       report.firstKeptSeq = stoppedAt;
       return report;
     }
+    await nextTurn();
   }
 }
