@@ -6,6 +6,7 @@ import { Workspaces, type Workspace } from './actors/workspace.ts';
 import { Authenticator } from './auth/authenticator.ts';
 import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
 import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
+import { Delivery } from './delivery/delivery.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal } from './journal/journal.ts';
@@ -26,6 +27,8 @@ const STOP_REQUESTS_TIMEOUT_MS = 3_000;
 const STOP_SNAPSHOT_DEADLINE_MS = 8_500;
 const STOP_HARD_LIMIT_MS = 9_500;
 const STOP_CLOSE_TIMEOUT_MS = 1_000;
+/** Sinks get this long at stop to finish the batch in hand and save their positions. */
+const STOP_DELIVERY_TIMEOUT_MS = 2_000;
 
 function readSettings(): Settings | null {
   try {
@@ -99,11 +102,17 @@ async function main(): Promise<void> {
   const intake = new Intake(workspaces, journal);
   const recovery = recover(store, workspaces, intake.interner);
   journal.continueAfter(recovery.lastSeq);
+  // Everything recovered is fsync'd (with the durable position) before anything is delivered.
+  journal.useMarker(store.meta);
+  await journal.markDurable();
   log.info(
     { ...recovery, snapshotMs: Math.round(recovery.snapshotMs), replayMs: Math.round(recovery.replayMs) },
     'recovered state: snapshot, then journal records after it',
   );
-  const schedule = new SnapshotSchedule(writer, journal, store, settings, log);
+  const delivery = new Delivery(settings, store, journal, metrics, log);
+  delivery.start();
+  // Retention never trims a record a configured sink has not confirmed.
+  const schedule = new SnapshotSchedule(writer, journal, store, settings, log, () => delivery.confirmedSeq());
   schedule.start();
 
   const validators = buildValidators(settings);
@@ -134,6 +143,8 @@ async function main(): Promise<void> {
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
     await journal.drain();
+    await journal.markDurable();
+    const deliveryStopped = delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
     await pool.close();
     // A snapshot started earlier covers an older position: replace it with one of the final state.
     await writer!.abort();
@@ -142,6 +153,7 @@ async function main(): Promise<void> {
       await writer!.snapshot('shutdown', { paced: false });
       clearTimeout(deadline);
     }
+    await deliveryStopped;
     auth.stop();
     // After a failed commit lmdb-js may never settle close(); do not let that hang the stop.
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
@@ -155,7 +167,7 @@ async function main(): Promise<void> {
   process.on('SIGUSR2', () => void schedule.snapshotNow('SIGUSR2'));
   // Logged only once the handlers above are in place: a supervisor that signals as soon as it
   // reads "listening" must get a graceful stop, not Node's default exit.
-  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers }, 'listening');
+  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
 }
 
 main().catch((error: unknown) => {

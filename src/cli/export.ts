@@ -1,23 +1,27 @@
-// npm run export -- <events|devices|customers|products|collections> [--since <seq>] [--workspace <name>] [--kind <kind>]
+// npm run export -- <events|devices|customers|products|collections> [--since <seq>] [--workspace <name>] [--kind <kind>] [--follow]
 // NDJSON on stdout. Runs beside a live server: LMDB lets readers in while the server writes.
-// `events` streams the journal batch by batch (memory bounded by one batch); the state exports
-// rebuild the state the same way the server does at start, then print it.
+// `events` streams the journal batch by batch (memory bounded by one batch); `--follow` then
+// keeps printing records as the server makes them durable, until SIGINT, SIGTERM or a closed
+// stdout. The state exports rebuild the state the same way the server does at start, then print it.
 import { Workspaces } from '../actors/workspace.ts';
 import { ProfileInterner } from '../actors/interner.ts';
 import { collectionViews, customerViews, deviceView, productViews } from '../actors/views.ts';
-import { Journal } from '../journal/journal.ts';
+import { exportRecord } from '../journal/export-line.ts';
+import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
 import { recover } from '../journal/recovery.ts';
-import { openStore } from '../journal/store.ts';
+import { openStore, type Store } from '../journal/store.ts';
 import { NdjsonWriter } from './output.ts';
 
 const WHATS = ['events', 'devices', 'customers', 'products', 'collections'] as const;
 type What = (typeof WHATS)[number];
 
-const USAGE = `usage: npm run export -- <${WHATS.join('|')}> [--since <seq>] [--workspace <name>] [--kind <kind>]
+const USAGE = `usage: npm run export -- <${WHATS.join('|')}> [--since <seq>] [--workspace <name>] [--kind <kind>] [--follow]
   events       the journal: one line per accepted write {seq, kind, workspace, at, did?, sid?, customer?, data}
                --since <seq>  only records with seq > <seq> (the last seq you saw is your cursor)
                --kind <kind>  one of ${RECORD_KINDS.join(', ')}
+               --follow       then keep printing records as the server makes them durable (until
+                              SIGINT, SIGTERM or a closed stdout)
   devices, customers, products, collections   the current state
   --workspace <name>   only that workspace
   DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
@@ -30,11 +34,15 @@ interface ExportArgs {
   since: number;
   workspace: string | null;
   kind: RecordKind | null;
+  follow: boolean;
   dataDir: string;
 }
 
+/** How often --follow looks for new records. */
+const FOLLOW_POLL_MS = 100;
+
 function parseArgs(argv: readonly string[]): ExportArgs {
-  const args: ExportArgs = { what: 'events', since: 0, workspace: null, kind: null, dataDir: process.env.DATA_DIR || './data' };
+  const args: ExportArgs = { what: 'events', since: 0, workspace: null, kind: null, follow: false, dataDir: process.env.DATA_DIR || './data' };
   let what: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -53,30 +61,72 @@ function parseArgs(argv: readonly string[]): ExportArgs {
       if (!(RECORD_KINDS as readonly string[]).includes(v)) throw new UsageError(`--kind must be one of ${RECORD_KINDS.join(', ')}`);
       args.kind = v as RecordKind;
     } else if (arg === '--data-dir') args.dataDir = value();
+    else if (arg === '--follow') args.follow = true;
     else if (arg === '--help' || arg === '-h') throw new UsageError('');
     else if (what === undefined && !arg.startsWith('-')) what = arg;
     else throw new UsageError(`unexpected argument ${arg}`);
   }
   if (what === undefined || !(WHATS as readonly string[]).includes(what)) throw new UsageError(`say what to export: ${WHATS.join(', ')}`);
   args.what = what as What;
-  if (args.what !== 'events' && (args.kind !== null || args.since !== 0)) {
-    throw new UsageError('--since and --kind apply to events only');
+  if (args.what !== 'events' && (args.kind !== null || args.since !== 0 || args.follow)) {
+    throw new UsageError('--since, --kind and --follow apply to events only');
   }
   return args;
+}
+
+/**
+ * Prints the records after `after` up to `upTo` (all of them when null) that pass the filters;
+ * returns the last seq read. `stopped` ends it early.
+ */
+async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, after: number, upTo: number | null, stopped: () => boolean): Promise<number> {
+  let cursor = after;
+  for (const { seq, record } of Journal.read(store.journal, after)) {
+    if ((upTo !== null && seq > upTo) || stopped()) break;
+    cursor = seq;
+    if (args.workspace !== null && record.workspace !== args.workspace) continue;
+    if (args.kind !== null && record.kind !== args.kind) continue;
+    await out.write(exportRecord(seq, record));
+  }
+  return cursor;
+}
+
+/**
+ * --follow: prints up to the journal's durable position (written by the server, journal.ts), then
+ * polls it. A record is printed only once it is durable, so its seq is never taken back (a power
+ * loss can undo a commit that was not fsync'd yet). Memory: one journal batch.
+ */
+async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promise<void> {
+  let stopping = false;
+  let wake: (() => void) | null = null;
+  const stop = (): void => {
+    stopping = true;
+    wake?.();
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  let cursor = args.since;
+  while (!stopping) {
+    const durable = store.meta.get(DURABLE_SEQ_KEY) ?? 0;
+    if (durable > cursor) cursor = await printEvents(store, args, out, cursor, durable, () => stopping);
+    await out.flush();
+    if (stopping) break;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, FOLLOW_POLL_MS);
+      wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
 }
 
 async function run(args: ExportArgs): Promise<void> {
   const store = openStore(args.dataDir);
   const out = new NdjsonWriter();
   try {
-    if (args.what === 'events') {
-      for (const { seq, record } of Journal.read(store.journal, args.since)) {
-        if (args.workspace !== null && record.workspace !== args.workspace) continue;
-        if (args.kind !== null && record.kind !== args.kind) continue;
-        const { kind, workspace, at, data, ...device } = record as typeof record & { did?: string };
-        await out.write({ seq, kind, workspace, at, ...device, data });
-      }
-    } else {
+    if (args.what === 'events' && args.follow) await follow(store, args, out);
+    else if (args.what === 'events') await printEvents(store, args, out, args.since, null, () => false);
+    else {
       const workspaces = new Workspaces();
       recover(store, workspaces, new ProfileInterner());
       for (const ws of workspaces.all()) {
@@ -92,6 +142,12 @@ async function run(args: ExportArgs): Promise<void> {
     await store.close();
   }
 }
+
+// A reader that went away (`| head`, a closed socket) ends the export quietly and successfully.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(0);
+  throw error;
+});
 
 try {
   await run(parseArgs(process.argv.slice(2)));

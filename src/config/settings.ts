@@ -21,6 +21,15 @@ export interface Settings {
   mappingWorkerThresholdBytes: number;
   mappingWorkerTimeoutMs: number;
   mappingWorkerMaxMemoryMb: number;
+  sinkNatsUrl: string;
+  sinkNatsStream: string;
+  sinkNatsSubjectPrefix: string;
+  sinkPostgresUrl: string;
+  sinkPostgresTable: string;
+  deliveryBatchRecords: number;
+  deliveryBatchBytes: number;
+  deliveryRetryMaxMs: number;
+  deliveryLingerMs: number;
   logLevel: string;
 }
 
@@ -37,6 +46,9 @@ interface SettingSpec {
   min?: number;
   max?: number;
   choices?: readonly string[];
+  /** A string setting must match this (when not empty); `patternHint` says what it wants. */
+  pattern?: RegExp;
+  patternHint?: string;
   description: string;
 }
 
@@ -61,6 +73,15 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'mappingWorkerThresholdBytes', env: 'MAPPING_WORKER_THRESHOLD_BYTES', flag: '--mapping-worker-threshold-bytes', kind: 'integer', defaultValue: 65_536, min: 0, max: 1024 * MiB, description: 'mapping bodies larger than this (and every gzip one) go to a worker' },
   { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task taking longer fails its request with 500 (the worker is replaced)' },
   { key: 'mappingWorkerMaxMemoryMb', env: 'MAPPING_WORKER_MAX_MEMORY_MB', flag: '--mapping-worker-max-memory-mb', kind: 'integer', defaultValue: 512, min: 8, max: 65_536, description: 'heap limit of each worker; a worker over it is replaced and its request fails with 500' },
+  { key: 'sinkNatsUrl', env: 'SINK_NATS_URL', flag: '--sink-nats-url', kind: 'string', defaultValue: '', description: 'deliver the journal to NATS JetStream at this URL, e.g. nats://127.0.0.1:4222 (empty: off)' },
+  { key: 'sinkNatsStream', env: 'SINK_NATS_STREAM', flag: '--sink-nats-stream', kind: 'string', defaultValue: 'INTAKE', pattern: /^[A-Za-z0-9_-]{1,64}$/, patternHint: 'letters, digits, _ and -, at most 64', description: 'JetStream stream the NATS sink publishes to (created with subjects intake.> when missing)' },
+  { key: 'sinkNatsSubjectPrefix', env: 'SINK_NATS_SUBJECT_PREFIX', flag: '--sink-nats-subject-prefix', kind: 'string', defaultValue: 'intake', pattern: /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, patternHint: 'subject tokens of letters, digits, _ and -', description: 'first subject token(s): records go to <prefix>.<workspace>.<kind>, a new stream takes <prefix>.> (two streams cannot share subjects: give each intake on one NATS account its own)' },
+  { key: 'sinkPostgresUrl', env: 'SINK_POSTGRES_URL', flag: '--sink-postgres-url', kind: 'string', defaultValue: '', description: 'deliver the journal to PostgreSQL at this URL, e.g. postgres://user@127.0.0.1:5432/db (empty: off)' },
+  { key: 'sinkPostgresTable', env: 'SINK_POSTGRES_TABLE', flag: '--sink-postgres-table', kind: 'string', defaultValue: 'intake_events', pattern: /^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$/, patternHint: 'table or schema.table, each a plain identifier', description: 'table the PostgreSQL sink inserts into (created when missing)' },
+  { key: 'deliveryBatchRecords', env: 'DELIVERY_BATCH_RECORDS', flag: '--delivery-batch-records', kind: 'integer', defaultValue: 2000, min: 1, max: 100_000, description: 'most journal records a sink is handed at once' },
+  { key: 'deliveryBatchBytes', env: 'DELIVERY_BATCH_BYTES', flag: '--delivery-batch-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: 256 * MiB, description: 'most bytes of exported JSON a sink is handed at once (a single bigger record goes alone)' },
+  { key: 'deliveryRetryMaxMs', env: 'DELIVERY_RETRY_MAX_MS', flag: '--delivery-retry-max-ms', kind: 'integer', defaultValue: 5000, min: 10, max: 600_000, description: 'longest wait between two attempts to reach a sink that is down (the wait doubles from 50 ms up to this)' },
+  { key: 'deliveryLingerMs', env: 'DELIVERY_LINGER_MS', flag: '--delivery-linger-ms', kind: 'integer', defaultValue: 20, min: 0, max: 10_000, description: 'with less than a full batch ready, a sink waits this long for more records (fewer, bigger batches; 0: deliver at once)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
 ];
 
@@ -77,6 +98,9 @@ function parseValue(spec: SettingSpec, raw: string, source: string): string | nu
   }
   if (spec.choices && !spec.choices.includes(raw)) {
     throw new SettingsError(`${source}: "${raw}" is not one of ${spec.choices.join(', ')}`);
+  }
+  if (spec.pattern && raw !== '' && !spec.pattern.test(raw)) {
+    throw new SettingsError(`${source}: "${raw}" is not valid (${spec.patternHint ?? spec.pattern.source})`);
   }
   return raw;
 }

@@ -32,6 +32,15 @@ export interface JournalStats {
  */
 export type CommitMode = 'group' | 'sync';
 
+/** Key of the durable position in the meta database. */
+export const DURABLE_SEQ_KEY = 'durableSeq';
+
+/**
+ * How long the journal waits, once idle, before writing the durable position on its own (under
+ * load it rides along with the next batch and costs no extra commit).
+ */
+const MARKER_IDLE_MS = 20;
+
 export class Journal {
   private readonly db: Database<JournalRecord[], number>;
   private readonly mode: CommitMode;
@@ -45,6 +54,13 @@ export class Journal {
   private flushScheduled = false;
   private failure: Error | null = null;
   private idleWaiters: Array<() => void> = [];
+  /** Every record up to this seq is durable. */
+  private durable: number;
+  private readonly durableWatchers: Array<(seq: number) => void> = [];
+  private marker: Database<number, string> | null = null;
+  /** The durable position last handed to LMDB (meta `durableSeq`). */
+  private markerSeq = 0;
+  private markerTimer: NodeJS.Timeout | null = null;
 
   constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}, maxInFlight = 2) {
     this.db = db;
@@ -53,7 +69,61 @@ export class Journal {
     this.maxInFlight = maxInFlight;
     this.stats = stats;
     this.nextSeq = Journal.lastSeq(db) + 1;
+    // What a fresh process finds stored survived whatever came before; markDurable() fsyncs it.
+    this.durable = this.nextSeq - 1;
     this.flushNow = this.flushNow.bind(this);
+    this.writeIdleMarker = this.writeIdleMarker.bind(this);
+  }
+
+  /** Every record up to this seq is durable (fsync'd); delivery reads no further. */
+  get durableSeq(): number {
+    return this.durable;
+  }
+
+  /** Calls `watcher` with the new durable position each time it grows. */
+  watchDurable(watcher: (seq: number) => void): void {
+    this.durableWatchers.push(watcher);
+  }
+
+  /** Keeps the durable position in `meta` (key DURABLE_SEQ_KEY) for readers in other processes. */
+  useMarker(meta: Database<number, string>): void {
+    this.marker = meta;
+    this.markerSeq = meta.get(DURABLE_SEQ_KEY) ?? 0;
+  }
+
+  /**
+   * Writes the durable position now and resolves once that commit is fsync'd (which also makes
+   * everything committed before it durable). At start, after recovery; at stop, after drain().
+   */
+  async markDurable(): Promise<void> {
+    if (this.marker === null || this.failure !== null) return;
+    this.markerSeq = this.durable;
+    await this.marker.put(DURABLE_SEQ_KEY, this.durable);
+  }
+
+  private advanceDurable(seq: number): void {
+    if (seq <= this.durable) return;
+    this.durable = seq;
+    for (const watcher of this.durableWatchers) watcher(seq);
+  }
+
+  /** Hands the durable position to LMDB with the next write, if it moved. */
+  private writeMarker(): void {
+    if (this.marker === null || this.durable <= this.markerSeq) return;
+    this.markerSeq = this.durable;
+    // A lost marker only delays followers; the journal's own commits report real failures.
+    this.marker.put(DURABLE_SEQ_KEY, this.durable).catch(() => undefined);
+  }
+
+  private writeIdleMarker(): void {
+    this.markerTimer = null;
+    if (this.failure === null) this.writeMarker();
+  }
+
+  private armIdleMarker(): void {
+    if (this.marker === null || this.markerTimer !== null || this.durable <= this.markerSeq) return;
+    this.markerTimer = setTimeout(this.writeIdleMarker, MARKER_IDLE_MS);
+    this.markerTimer.unref();
   }
 
   /** The seq of the newest stored record, 0 when the journal is empty. */
@@ -79,6 +149,7 @@ export class Journal {
    */
   continueAfter(seq: number): void {
     if (this.nextSeq <= seq) this.nextSeq = seq + 1;
+    if (this.durable < seq) this.durable = seq;
   }
 
   /** Seq of the last record appended (committed or not). */
@@ -123,6 +194,8 @@ export class Journal {
       return seq;
     }
     this.stats.onCommit?.(1, performance.now() - startedAt);
+    this.advanceDurable(seq);
+    this.armIdleMarker();
     waiter.committed();
     return seq;
   }
@@ -165,6 +238,8 @@ export class Journal {
     const startedAt = performance.now();
     let write: Promise<boolean>;
     try {
+      // Same event-loop turn as the batch's put: lmdb-js commits both in one transaction.
+      this.writeMarker();
       write = this.db.put(batch.firstSeq, batch.records);
     } catch (error) {
       write = Promise.reject(error);
@@ -194,7 +269,12 @@ export class Journal {
     // After a failure no batch is acknowledged, even one LMDB did commit: the batch before it may
     // be missing, and answers must not depend on a lost write.
     const failure = this.failure;
-    if (failure === null) this.stats.onCommit?.(batch.records.length, commitLatencyMs);
+    if (failure === null) {
+      this.stats.onCommit?.(batch.records.length, commitLatencyMs);
+      // Every batch before the oldest one still pending has settled (and none failed), whatever
+      // order they settled in.
+      this.advanceDurable((this.inFlight[0]?.firstSeq ?? this.current?.firstSeq ?? this.nextSeq) - 1);
+    }
     for (const waiter of batch.waiters) {
       try {
         if (failure === null) waiter.committed();
@@ -204,6 +284,7 @@ export class Journal {
       }
     }
     if (this.current === null && this.inFlight.length === 0) {
+      if (failure === null) this.armIdleMarker();
       const idle = this.idleWaiters;
       this.idleWaiters = [];
       for (const resolve of idle) resolve();

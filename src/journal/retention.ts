@@ -1,6 +1,8 @@
 // Optional journal retention by age. The journal is the event log and is kept unless the operator
-// sets a retention; even then a batch is deleted only when it is older than the retention AND the
-// newest complete snapshot covers every record in it, so recovery never needs what was deleted.
+// sets a retention; even then a batch is deleted only when it is older than the retention AND
+// every record in it is at or before `coveredSeq`: the caller passes the lower of what the newest
+// complete snapshot covers (recovery never needs what was deleted) and what every configured
+// sink has confirmed (no sink misses what was deleted).
 import type { Store } from './store.ts';
 
 export interface TrimReport {

@@ -27,6 +27,8 @@ export class SnapshotSchedule {
     private readonly store: Store,
     private readonly settings: ScheduleSettings,
     private readonly log: Logger,
+    /** Records after this seq must be kept whatever their age (undelivered to a sink); null: no such limit. */
+    private readonly keepAfter: () => number | null = () => null,
   ) {}
 
   start(): void {
@@ -67,8 +69,11 @@ export class SnapshotSchedule {
     this.trimming = true;
     this.lastTrimAt = Date.now();
     try {
-      const report = await trimJournal(this.store, this.writer.lastCoveredSeq, Date.now() - retentionMs);
-      if (report.batches > 0) this.log.info({ ...report, coveredSeq: this.writer.lastCoveredSeq }, 'journal trimmed by retention');
+      const covered = this.writer.lastCoveredSeq;
+      const undelivered = this.keepAfter();
+      const trimUpTo = undelivered === null ? covered : Math.min(covered, undelivered);
+      const report = await trimJournal(this.store, trimUpTo, Date.now() - retentionMs);
+      if (report.batches > 0) this.log.info({ ...report, coveredSeq: covered, deliveredSeq: undelivered }, 'journal trimmed by retention');
     } catch (error) {
       this.log.error({ err: error }, 'journal retention failed');
     } finally {

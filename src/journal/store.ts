@@ -34,8 +34,10 @@ export interface Store {
   journal: Database<JournalRecord[], number>;
   /** sha256(key) hex → key metadata. */
   keys: Database<StoredKey, string>;
-  /** Small values: `keysVersion` (bumped on every key change). */
+  /** Small values: `keysVersion` (bumped on every key change), `durableSeq` (journal.ts). */
   meta: Database<number, string>;
+  /** Sink id (e.g. `nats:INTAKE`) → the seq of the last record that sink confirmed. */
+  delivery: Database<number, string>;
   /** Snapshot id → its description. */
   snapshots: Database<SnapshotMeta, number>;
   /** [snapshot id, chunk number] → msgpack array of entries (snapshot-format.ts). */
@@ -53,6 +55,7 @@ export function openStore(dataDir: string): Store {
   const meta = root.openDB<number, string>({ name: 'meta' });
   const snapshots = root.openDB<SnapshotMeta, number>({ name: 'snapshots' });
   const snapshotChunks = root.openDB<Buffer, [number, number]>({ name: 'snapshot-chunks', encoding: 'binary' });
+  const delivery = root.openDB<number, string>({ name: 'delivery' });
   return {
     root,
     journal,
@@ -60,6 +63,7 @@ export function openStore(dataDir: string): Store {
     meta,
     snapshots,
     snapshotChunks,
+    delivery,
     close: () => root.close(),
   };
 }

@@ -96,3 +96,56 @@ export class Metrics {
     return new RouteMetrics(this, name);
   }
 }
+
+/** Per sink: delivered seq, lag, up, batch latency (CONTRACT.md §11). Fed by the delivery worker's reports. */
+export class SinkMetrics {
+  private readonly deliveredSeq = new Map<string, number>();
+  private readonly batchSeconds: client.Histogram<'sink'>;
+  private readonly records: client.Counter<'sink'>;
+  private readonly up: client.Gauge<'sink'>;
+
+  /** `durableSeq` is the journal's durable position; `saved` each sink's position at start. */
+  constructor(registry: client.Registry, saved: ReadonlyMap<string, number>, durableSeq: () => number) {
+    for (const [sink, seq] of saved) this.deliveredSeq.set(sink, seq);
+    const delivered = this.deliveredSeq;
+    new client.Gauge({
+      name: 'intake_sink_delivered_seq',
+      help: 'seq of the last journal record the sink confirmed',
+      labelNames: ['sink'] as const,
+      registers: [registry],
+      collect() {
+        for (const [sink, seq] of delivered) this.labels(sink).set(seq);
+      },
+    });
+    new client.Gauge({
+      name: 'intake_sink_lag_records',
+      help: 'durable journal records the sink has not confirmed yet',
+      labelNames: ['sink'] as const,
+      registers: [registry],
+      collect() {
+        const durable = durableSeq();
+        for (const [sink, seq] of delivered) this.labels(sink).set(Math.max(0, durable - seq));
+      },
+    });
+    this.up = new client.Gauge({ name: 'intake_sink_up', help: '1 while the sink confirms deliveries, 0 while it is down', labelNames: ['sink'] as const, registers: [registry] });
+    for (const sink of saved.keys()) this.up.labels(sink).set(0);
+    this.batchSeconds = new client.Histogram({
+      name: 'intake_sink_batch_duration_seconds',
+      help: 'time from handing a batch to the sink until it confirmed it',
+      labelNames: ['sink'] as const,
+      buckets: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+      registers: [registry],
+    });
+    this.records = new client.Counter({ name: 'intake_sink_delivered_records_total', help: 'journal records the sink confirmed since start', labelNames: ['sink'] as const, registers: [registry] });
+  }
+
+  state(sink: string, up: boolean): void {
+    this.up.labels(sink).set(up ? 1 : 0);
+  }
+
+  delivered(sink: string, seq: number, records: number, seconds: number): void {
+    this.deliveredSeq.set(sink, seq);
+    this.records.labels(sink).inc(records);
+    this.batchSeconds.labels(sink).observe(seconds);
+  }
+}

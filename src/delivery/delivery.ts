@@ -1,0 +1,116 @@
+// The main thread's side of delivery: starts the delivery worker (delivery-worker.ts) when a
+// sink is configured, publishes the journal's durable position to it, turns its reports into
+// metrics, restarts it if it dies, stops it at shutdown, and tells retention how far every sink
+// has confirmed. Nothing here is on a request's path: writes never wait for a sink.
+import type { Worker } from 'node:worker_threads';
+import type { Settings } from '../config/settings.ts';
+import type { Journal } from '../journal/journal.ts';
+import type { Store } from '../journal/store.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { SinkMetrics } from '../telemetry/metrics.ts';
+import { moduleUrl, startThread } from '../workers/threads.ts';
+import type { DeliveryWorkerData, MainMessage, WorkerMessage } from './delivery-worker.ts';
+import { DurableSignal } from './durable-signal.ts';
+import { sinkConfigs } from './sink-config.ts';
+import { sinkId, type SinkConfig } from './sink.ts';
+
+/** A worker that died (a bug, an out-of-memory) is started again after this. */
+const RESTART_AFTER_MS = 1_000;
+
+export class Delivery {
+  private readonly settings: Settings;
+  private readonly store: Store;
+  private readonly journal: Journal;
+  private readonly log: Logger;
+  private readonly configs: SinkConfig[];
+  private readonly signal = new DurableSignal();
+  private readonly metrics: SinkMetrics | null = null;
+  private worker: Worker | null = null;
+  private stopping = false;
+  private stopped: (() => void) | null = null;
+
+  constructor(settings: Settings, store: Store, journal: Journal, metrics: Metrics, log: Logger) {
+    this.settings = settings;
+    this.store = store;
+    this.journal = journal;
+    this.log = log;
+    this.configs = sinkConfigs(settings);
+    if (this.configs.length > 0) {
+      const saved = new Map(this.configs.map((config) => [config.kind, store.delivery.get(sinkId(config)) ?? 0] as const));
+      this.metrics = new SinkMetrics(metrics.registry, saved, () => journal.durableSeq);
+    }
+  }
+
+  get enabled(): boolean {
+    return this.configs.length > 0;
+  }
+
+  start(): void {
+    if (!this.enabled) return;
+    this.signal.publish(this.journal.durableSeq);
+    this.journal.watchDurable((seq) => this.signal.publish(seq));
+    this.spawn();
+  }
+
+  /**
+   * The seq every configured sink has confirmed (saved in LMDB): retention keeps every record
+   * after it. null when no sink is configured.
+   */
+  confirmedSeq(): number | null {
+    if (!this.enabled) return null;
+    return Math.min(...this.configs.map((config) => this.store.delivery.get(sinkId(config)) ?? 0));
+  }
+
+  /** Lets each sink finish its batch and save its position; gives up after `timeoutMs`. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    const worker = this.worker;
+    if (worker === null) return;
+    const done = new Promise<void>((resolve) => {
+      this.stopped = resolve;
+      worker.once('exit', () => resolve());
+    });
+    worker.postMessage({ type: 'stop' } satisfies MainMessage);
+    this.signal.wake();
+    const timer = setTimeout(() => {
+      this.log.warn('delivery did not stop in time; its positions are behind, the sinks know where they are');
+      void worker.terminate();
+    }, timeoutMs);
+    await done;
+    clearTimeout(timer);
+    await worker.terminate();
+    this.worker = null;
+  }
+
+  private spawn(): void {
+    const data: Omit<DeliveryWorkerData, 'entry'> = {
+      dataDir: this.settings.dataDir,
+      logLevel: this.settings.logLevel,
+      signal: this.signal.buffer,
+      sinks: this.configs,
+      options: {
+        batchRecords: this.settings.deliveryBatchRecords,
+        batchBytes: this.settings.deliveryBatchBytes,
+        retryMaxMs: this.settings.deliveryRetryMaxMs,
+        lingerMs: this.settings.deliveryLingerMs,
+      },
+    };
+    const worker = startThread(moduleUrl('./delivery-worker', import.meta.url), data, { name: 'delivery' });
+    this.worker = worker;
+    worker.on('message', (message: WorkerMessage) => {
+      if (message.type === 'state') this.metrics?.state(message.sink, message.up);
+      else if (message.type === 'delivered') this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
+      else this.stopped?.();
+    });
+    worker.on('error', (error) => this.log.error({ err: error }, 'delivery worker failed'));
+    worker.on('exit', (code) => {
+      if (this.stopping || this.worker !== worker) return;
+      this.log.error({ code }, `delivery worker exited; starting it again in ${RESTART_AFTER_MS} ms`);
+      for (const config of this.configs) this.metrics?.state(config.kind, false);
+      setTimeout(() => {
+        if (!this.stopping) this.spawn();
+      }, RESTART_AFTER_MS).unref();
+    });
+  }
+}

@@ -1,0 +1,156 @@
+// What one sink does that the other has no counterpart for (the shared suite is delivery.test.ts):
+// NATS's max_payload and messages someone else published on the stream; PostgreSQL's refused
+// characters, a table that belongs to another journal, and schema-qualified tables.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { jetstream } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import pg from 'pg';
+import { exportLines, launch, startServer, T0, type TestServer } from './helpers/server.ts';
+import { startOwnNats } from '../bench/lib/sink-servers.ts';
+import { natsHarness, postgresHarness, SHARED_POSTGRES_URL, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
+import { metric, until } from './helpers/wait.ts';
+
+const servers: TestServer[] = [];
+const targets: SinkTarget[] = [];
+after(async () => {
+  for (const server of servers) await server.kill();
+  for (const target of targets) await target.drop();
+});
+
+async function start(env: Record<string, string>): Promise<TestServer> {
+  const server = await startServer({ env });
+  servers.push(server);
+  return server;
+}
+
+describe('NATS sink', () => {
+  test('a record over the server\'s max_payload stops delivery there (writes go on) until the limit is raised', async () => {
+    const nats = await startOwnNats({ maxPayloadBytes: 2048 });
+    try {
+      const target = await natsHarness.target(nats);
+      targets.push(target);
+      const server = await start({ ...target.env, DELIVERY_RETRY_MAX_MS: '100' });
+      assert.equal((await server.post('/product', { id: 'small', name: 'fits' })).status, 200);
+      assert.equal((await server.post('/product', { id: 'big', name: 'x'.repeat(1900) })).status, 200);
+      assert.equal((await server.post('/product', { id: 'after', name: 'waits its turn' })).status, 200);
+      await server.waitForLog((line) => line.includes('sink down') && line.includes('max_payload'), 10_000);
+      const held = await target.read();
+      assert.deepEqual(held.records.map((r) => r.seq), [1], 'nothing after the record that does not fit');
+      await until('up = 0', async () => (await metric(server, 'intake_sink_up', { sink: 'nats' })) === 0);
+
+      await nats.restartWith({ maxPayloadBytes: 64 * 1024 });
+      const all = await waitForHeld(target, 3);
+      assert.deepEqual(all.records, exportLines(server.dataDir, 'events'));
+    } finally {
+      await nats.stop();
+    }
+  });
+
+  test('a message someone else published on the stream is stepped over: every record still once, in order', async () => {
+    const target = await natsHarness.target();
+    targets.push(target);
+    const server = await start({ ...target.env, DELIVERY_RETRY_MAX_MS: '100' });
+    const { did } = await launch(server);
+    for (let i = 0; i < 5; i++) await server.post('/msv_cevt', { did, name: `before-${i}`, timestamp: T0 });
+    await waitForHeld(target, 6);
+    const prefix = target.env.SINK_NATS_SUBJECT_PREFIX!;
+    const nc = await connect({ servers: target.env.SINK_NATS_URL!, reconnect: false });
+    await jetstream(nc).publish(`${prefix}.someone.else`, 'not ours');
+    await nc.close();
+    for (let i = 0; i < 5; i++) await server.post('/msv_cevt', { did, name: `after-${i}`, timestamp: T0 });
+
+    // Read the stream ourselves: the harness refuses messages that are not intake's.
+    const exported = exportLines(server.dataDir, 'events');
+    let bodies: string[] = [];
+    await until('all records in the stream', async () => {
+      const c = await connect({ servers: target.env.SINK_NATS_URL!, reconnect: false });
+      try {
+        const consumer = await jetstream(c).consumers.get(target.env.SINK_NATS_STREAM!);
+        const messages = await consumer.fetch({ max_messages: 100, expires: 1_000 });
+        bodies = [];
+        for await (const m of messages) {
+          bodies.push(m.string());
+          if (bodies.length === exported.length + 1) break;
+        }
+      } finally {
+        await c.close();
+      }
+      return bodies.length === exported.length + 1;
+    });
+    assert.deepEqual(
+      bodies.filter((b) => b !== 'not ours').map((b) => JSON.parse(b)),
+      exported,
+    );
+    assert.equal(bodies[6], 'not ours', 'the foreign message stays where it was published');
+  });
+});
+
+describe('PostgreSQL sink', () => {
+  const query = async (sql: string, params: unknown[] = []): Promise<pg.QueryResult> => {
+    const client = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+    await client.connect();
+    try {
+      return await client.query(sql, params);
+    } finally {
+      await client.end();
+    }
+  };
+
+  test('U+0000 and unpaired surrogates, which PostgreSQL refuses, arrive as U+FFFD; everything else exactly', async () => {
+    const target = await postgresHarness.target();
+    targets.push(target);
+    const server = await start(target.env);
+    const { did } = await launch(server);
+    const nasty = 'a\u0000b\ud800c\udc00d"e\\f\u0001é😀';
+    assert.equal((await server.post('/msv_cs_id', { did, clientCustomerId: `cust\u0000omer`, timestamp: T0, info: [{ name: 'n\u0000', value: nasty, type: 'string' }] })).status, 200);
+    assert.equal((await server.post('/msv_cevt', { did, name: 'plain', timestamp: T0, info: [{ name: 'v', value: 'a\\u0000b', type: 'string' }] })).status, 200);
+    const held = await waitForHeld(target, 3);
+    const exported = exportLines<any>(server.dataDir, 'events');
+    const clean = (s: string): string => s.replace(/\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd');
+    const identify = held.records[1] as any;
+    assert.equal(identify.customer, clean(exported[1].customer));
+    assert.equal(identify.data.clientCustomerId, clean(exported[1].data.clientCustomerId));
+    assert.equal(identify.data.info[0].name, 'n\ufffd');
+    assert.equal(identify.data.info[0].value, clean(exported[1].data.info[0].value));
+    assert.ok(identify.data.info[0].value.includes('"e\\f\u0001é😀'), 'other characters unchanged');
+    // An escaped backslash before "u0000" is text, not a NUL: stored as it was (the device's
+    // customer, which the event carries, is still cleaned).
+    assert.deepEqual(held.records[2], { ...exported[2], customer: clean(exported[2].customer) });
+    assert.equal((held.records[2] as any).data.info[0].value, 'a\\u0000b');
+    assert.deepEqual(held.records[0], exported[0]);
+  });
+
+  test('a table holding another journal\'s records is left alone: delivery stops with an error, writes go on', async () => {
+    const target = await postgresHarness.target();
+    targets.push(target);
+    const table = target.env.SINK_POSTGRES_TABLE!;
+    await query(`CREATE TABLE "${table}" (seq bigint PRIMARY KEY, workspace text NOT NULL, kind text NOT NULL, at bigint NOT NULL, did text, sid text, customer text, data jsonb NOT NULL)`);
+    await query(`INSERT INTO "${table}" VALUES (1, 'elsewhere', 'product_upsert', 1, null, null, null, '{"id":"x","name":"y"}')`);
+    const server = await start({ ...target.env, DELIVERY_RETRY_MAX_MS: '100' });
+    assert.equal((await server.post('/product', { id: 'p', name: 'mine' })).status, 200);
+    assert.equal((await server.post('/product', { id: 'q', name: 'mine too' })).status, 200);
+    await server.waitForLog((line) => line.includes('sink down') && line.includes('another journal'), 10_000);
+    assert.equal((await server.request('/readyz')).status, 200);
+    const rows = (await query(`SELECT seq, workspace FROM "${table}" ORDER BY seq`)).rows;
+    assert.deepEqual(rows, [{ seq: '1', workspace: 'elsewhere' }]);
+  });
+
+  test('SINK_POSTGRES_TABLE may name a schema: both are created when missing', async () => {
+    const schema = `s_${Date.now().toString(36)}`;
+    const server = await start({ SINK_POSTGRES_URL: SHARED_POSTGRES_URL, SINK_POSTGRES_TABLE: `${schema}.events` });
+    try {
+      assert.equal((await server.post('/product', { id: 'p', name: 'n' })).status, 200);
+      await until('the row', async () => {
+        try {
+          return (await query(`SELECT count(*)::int AS n FROM "${schema}"."events"`)).rows[0].n === 1;
+        } catch {
+          return false;
+        }
+      });
+    } finally {
+      await server.kill();
+      await query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
+});
