@@ -3,39 +3,14 @@
 // device, and the same again. Target: ≤ 250 bytes of anonymous RSS per launched device.
 // Snapshots are off during the run so that their transient buffers do not count.
 //   npm run bench:memory -- [devices]
-import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
 import { LAUNCH_BODY } from './lib/bodies.ts';
+import { settledMemory as settled } from './lib/memory.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, startIntake, type RunningServer } from './lib/servers.ts';
 
 const devices = Number(process.argv[2] ?? 1_000_000);
-
-function rssAnonBytes(pid: number): number {
-  const kb = /^RssAnon:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
-  return Number(kb) * 1024;
-}
-
-async function metric(server: RunningServer, name: string): Promise<number> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  return Number(new RegExp(`^${name} ([0-9.e+]+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
-}
-
-/**
- * Heap and RSS once the server has been idle long enough for V8 to collect (its memory reducer
- * runs a major GC a few seconds after allocation stops).
- */
-async function settled(server: RunningServer): Promise<{ heap: number; rss: number }> {
-  const before = await metric(server, 'intake_heap_used_after_major_gc_bytes');
-  for (let waited = 0; waited < 60_000; waited += 1000) {
-    await new Promise((r) => setTimeout(r, 1000));
-    const heap = await metric(server, 'intake_heap_used_after_major_gc_bytes');
-    if (heap !== before && waited >= 5000) break;
-  }
-  await new Promise((r) => setTimeout(r, 2000));
-  return { heap: await metric(server, 'intake_heap_used_after_major_gc_bytes'), rss: rssAnonBytes(server.child.pid!) };
-}
 
 /** Sends `count` requests built by `body(i)`; `onBody` sees each response body. */
 function send(server: RunningServer, title: string, count: number, path: string, body: (i: number) => string, onBody?: (body: string) => void): Promise<void> {

@@ -7,6 +7,7 @@ import { Authenticator } from './auth/authenticator.ts';
 import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
 import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
 import { Delivery } from './delivery/delivery.ts';
+import { KeyTable } from './idempotency/key-table.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal } from './journal/journal.ts';
@@ -29,6 +30,9 @@ const STOP_HARD_LIMIT_MS = 9_500;
 const STOP_CLOSE_TIMEOUT_MS = 1_000;
 /** Sinks get this long at stop to finish the batch in hand and save their positions. */
 const STOP_DELIVERY_TIMEOUT_MS = 2_000;
+/** Idempotency-Keys past their window are swept this often, at most this many a sweep. */
+const KEYS_SWEEP_EVERY_MS = 1_000;
+const KEYS_SWEEP_MAX = 100_000;
 
 function readSettings(): Settings | null {
   try {
@@ -98,21 +102,31 @@ async function main(): Promise<void> {
       log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
   }, settings.journalMaxCommitsInFlight);
-  writer = new SnapshotWriter(store, journal, () => workspaces, log, { sliceEntities: settings.snapshotSliceEntities });
-  const intake = new Intake(workspaces, journal);
-  const recovery = recover(store, workspaces, intake.interner);
+  const keys = new KeyTable(settings.idempotencyMaxKeys, settings.idempotencyWindowSeconds);
+  writer = new SnapshotWriter(store, journal, () => workspaces, log, { sliceEntities: settings.snapshotSliceEntities, keys });
+  const intake = new Intake(workspaces, journal, keys);
+  const recovery = recover(store, workspaces, intake.interner, keys);
   journal.continueAfter(recovery.lastSeq);
   // Everything recovered is fsync'd (with the durable position) before anything is delivered.
   journal.useMarker(store.meta);
   await journal.markDurable();
   log.info(
-    { ...recovery, snapshotMs: Math.round(recovery.snapshotMs), replayMs: Math.round(recovery.replayMs) },
+    { ...recovery, snapshotMs: Math.round(recovery.snapshotMs), replayMs: Math.round(recovery.replayMs), idempotencyKeys: keys.size },
     'recovered state: snapshot, then journal records after it',
   );
+  metrics.watchRetries(intake.retries, keys);
+  setInterval(() => keys.expire(Math.floor(Date.now() / 1000), KEYS_SWEEP_MAX), KEYS_SWEEP_EVERY_MS).unref();
   const delivery = new Delivery(settings, store, journal, metrics, log);
   delivery.start();
-  // Retention never trims a record a configured sink has not confirmed.
-  const schedule = new SnapshotSchedule(writer, journal, store, settings, log, () => delivery.confirmedSeq());
+  // Retention never trims a record a configured sink has not confirmed, nor the record of a
+  // remembered Idempotency-Key (a retried launch is answered from it).
+  const keepAfter = (): number | null => {
+    const delivered = delivery.confirmedSeq();
+    const oldestKey = keys.oldestSeq();
+    const limits = [delivered, oldestKey === null ? null : oldestKey - 1].filter((seq): seq is number => seq !== null);
+    return limits.length === 0 ? null : Math.min(...limits);
+  };
+  const schedule = new SnapshotSchedule(writer, journal, store, settings, log, keepAfter);
   schedule.start();
 
   const validators = buildValidators(settings);

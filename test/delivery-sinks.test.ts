@@ -18,8 +18,8 @@ after(async () => {
   for (const target of targets) await target.drop();
 });
 
-async function start(env: Record<string, string>): Promise<TestServer> {
-  const server = await startServer({ env });
+async function start(env: Record<string, string>, dataDir?: string): Promise<TestServer> {
+  const server = await startServer({ env, ...(dataDir === undefined ? {} : { dataDir }) });
   servers.push(server);
   return server;
 }
@@ -39,9 +39,17 @@ describe('NATS sink', () => {
       assert.deepEqual(held.records.map((r) => r.seq), [1], 'nothing after the record that does not fit');
       await until('up = 0', async () => (await metric(server, 'intake_sink_up', { sink: 'nats' })) === 0);
 
+      // Retried with backoff all along, but one "down" line for the operator, not one per retry.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const lines = (msg: string) => server.logs().filter((line) => line.includes(msg)).length;
+      assert.equal(lines('sink down'), 1);
+      assert.equal(lines('sink back'), 0);
+
       await nats.restartWith({ maxPayloadBytes: 64 * 1024 });
       const all = await waitForHeld(target, 3);
       assert.deepEqual(all.records, exportLines(server.dataDir, 'events'));
+      await until('"back" logged', async () => lines('sink back') === 1);
+      assert.equal(lines('sink down'), 1);
     } finally {
       await nats.stop();
     }
@@ -83,6 +91,52 @@ describe('NATS sink', () => {
       exported,
     );
     assert.equal(bodies[6], 'not ours', 'the foreign message stays where it was published');
+  });
+
+  test('the NATS server frozen longer than the ack timeout under writes: every record once, in order', async () => {
+    const nats = await startOwnNats();
+    try {
+      const target = await natsHarness.target(nats, { duplicateWindowMs: 100 });
+      targets.push(target);
+      const server = await start({ ...target.env, DELIVERY_BATCH_RECORDS: '100', DELIVERY_RETRY_MAX_MS: '200' });
+      const { did } = await launch(server);
+      let writing = true;
+      const writers = Array.from({ length: 8 }, async (_, w) => {
+        for (let i = 0; writing; i++) await server.post('/msv_cevt', { did, name: `w${w}-${i}`, timestamp: T0 });
+      });
+      await until('delivery under way', async () => ((await metric(server, 'intake_sink_delivered_seq', { sink: 'nats' })) ?? 0) > 300);
+      // SIGSTOP: the connection stays open and nothing answers. Publishes in flight meet the
+      // 10 s ack timeout; those the server took before freezing land after it wakes up.
+      nats.freeze();
+      await new Promise((resolve) => setTimeout(resolve, 11_500));
+      nats.resume();
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      writing = false;
+      await Promise.all(writers);
+      const exported = exportLines(server.dataDir, 'events');
+      const held = await waitForHeld(target, exported.length, 30_000);
+      assert.deepEqual(held.records, exported);
+    } finally {
+      await nats.stop();
+    }
+  });
+});
+
+describe('both sinks at once', () => {
+  test('bursts of writes from several clients reach both, once each, in order', async () => {
+    const nats = await natsHarness.target();
+    const pgTarget = await postgresHarness.target();
+    targets.push(nats, pgTarget);
+    const server = await start({ ...nats.env, ...pgTarget.env });
+    const { did } = await launch(server);
+    for (let burst = 0; burst < 12; burst++) {
+      await Promise.all(Array.from({ length: 4 }, (_, c) => Promise.all(Array.from({ length: 40 }, (_, i) => server.post('/msv_cevt', { did, name: `b${burst}-${c}-${i}`, timestamp: T0 })))));
+      await new Promise((resolve) => setTimeout(resolve, 100 + burst * 20));
+    }
+    const exported = exportLines(server.dataDir, 'events');
+    assert.deepEqual((await waitForHeld(nats, exported.length)).records, exported);
+    assert.deepEqual((await waitForHeld(pgTarget, exported.length)).records, exported);
+    await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: 'nats' })) === 0 && (await metric(server, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
   });
 });
 
@@ -134,6 +188,29 @@ describe('PostgreSQL sink', () => {
     assert.equal((await server.request('/readyz')).status, 200);
     const rows = (await query(`SELECT seq, workspace FROM "${table}" ORDER BY seq`)).rows;
     assert.deepEqual(rows, [{ seq: '1', workspace: 'elsewhere' }]);
+  });
+
+  test('a sink that lost records the journal no longer holds: delivery goes on after them, with a warning', async () => {
+    // Found by review: the worker span on a stale read snapshot here and delivered nothing more.
+    const target = await postgresHarness.target();
+    targets.push(target);
+    const env = { ...target.env, JOURNAL_RETENTION_SECONDS: '1', SNAPSHOT_INTERVAL_MS: '0' };
+    const first = await start(env);
+    const { did } = await launch(first);
+    for (let i = 0; i < 30; i++) await first.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 });
+    await waitForHeld(target, 31);
+    await until('position saved', async () => (await metric(first, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    first.child.kill('SIGUSR2');
+    await first.waitForLog((line) => line.includes('journal trimmed'), 10_000);
+    assert.equal(await first.stop(), 0);
+    await target.dropAfter(20); // e.g. the table restored from an older backup
+    const server = await start(env, first.dataDir);
+    await server.waitForLog((line) => line.includes('trimmed from the journal before this sink received them'), 10_000);
+    for (let i = 0; i < 5; i++) assert.equal((await server.post('/msv_cevt', { did, name: `n${i}`, timestamp: T0 })).status, 200);
+    const held = await waitForHeld(target, 25);
+    assert.deepEqual(held.records.map((r) => r.seq), [...Array.from({ length: 20 }, (_, i) => i + 1), 32, 33, 34, 35, 36]);
+    await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
   });
 
   test('SINK_POSTGRES_TABLE may name a schema: both are created when missing', async () => {

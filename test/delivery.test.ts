@@ -179,7 +179,7 @@ function sinkSuite(harness: SinkHarness): void {
       for (let round = 0; round < 2; round++) {
         // While batches are in flight: some publishes or inserts are cut off part-way.
         await until('delivery under way', async () => ((await metric(server, 'intake_sink_delivered_seq', { sink: harness.name })) ?? 0) > 200 * (round + 1));
-        await own.stop();
+        await own.kill();
         await new Promise((resolve) => setTimeout(resolve, 300));
         await own.start();
       }
@@ -189,6 +189,21 @@ function sinkSuite(harness: SinkHarness): void {
     } finally {
       await own.stop();
     }
+  });
+
+  test('a sink that lost its newest records (a restored backup, a crash of its host) gets them again, once each', async () => {
+    const target = await newTarget(undefined, { duplicateWindowMs: 100 });
+    const server = await start({ env: target.env });
+    await writeEveryKind(server, 'a');
+    const all = await assertSinkEqualsJournal(server, target);
+    assert.equal(await server.stop(), 0);
+    // The sink loses everything after record 5, while intake saved a later position.
+    await target.dropAfter(5);
+    assert.equal((await target.read()).records.length, 5);
+    const again = await start({ dataDir: server.dataDir, env: target.env });
+    await again.waitForLog((line) => line.includes('holds fewer records than it confirmed'), 10_000);
+    await writeEveryKind(again, 'b');
+    assert.ok((await assertSinkEqualsJournal(again, target)) > all);
   });
 
   test('retention keeps an undelivered tail, and trims it once delivered', async () => {

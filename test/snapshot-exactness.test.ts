@@ -2,7 +2,9 @@
 // writes keep changing the state. Property test with the real actors, journal, LMDB and snapshot
 // writer: random writes of every kind run between the slices of many snapshots (tiny slices, so
 // almost every write hits an entity the walk has not reached: copy-on-write, deletes, creations);
-// each finished snapshot, loaded, must equal a plain replay of the journal up to its P.
+// each finished snapshot, loaded, must equal a plain replay of the journal up to its P. Some
+// writes carry Idempotency-Keys (retries, conflicts, new keys) into a table of only 32 keys, so
+// its ring wraps, evicts and grows while snapshots are written: the remembered keys are state too.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
@@ -11,6 +13,8 @@ import { Intake, type Reply } from '../src/actors/intake.ts';
 import { ProfileInterner } from '../src/actors/interner.ts';
 import { collectionViews, customerViews, deviceView, productViews } from '../src/actors/views.ts';
 import { Workspaces } from '../src/actors/workspace.ts';
+import { bodyFingerprint, IdempotencyClaim } from '../src/idempotency/claim.ts';
+import { keyHashOf, KeyTable } from '../src/idempotency/key-table.ts';
 import { Journal } from '../src/journal/journal.ts';
 import { recover } from '../src/journal/recovery.ts';
 import { loadSnapshot } from '../src/journal/snapshot-loader.ts';
@@ -20,11 +24,23 @@ import { seededRandom } from '../bench/lib/random.ts';
 import { LAUNCH_INFO, T0, tempDataDir } from './helpers/server.ts';
 
 
-const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {}, crashed(error) { throw error; } };
+const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {}, crashed(error) { throw error; }, idempotency: null, replay() {} };
+/** Small, so that keys are evicted and the ring wraps and grows during snapshots. */
+const KEYS_HELD = 32;
+/** The workload's timestamps are years old: a window that still holds them. */
+const KEYS_WINDOW_SECONDS = 100 * 365 * 86_400;
+
+/** A reply carrying an Idempotency-Key for `body` (fingerprint as the HTTP layer makes it). */
+function keyed(workspace: string, path: string, key: string, body: unknown, base: Reply = ignore): Reply {
+  const claim = new IdempotencyClaim(workspace, 'POST', path, key);
+  claim.fingerprint(bodyFingerprint(Buffer.from(JSON.stringify(body))));
+  return { ...base, idempotency: claim };
+}
 
 /** Random valid writes through the intake, over a small id space so entities are hit often. */
 class Workload {
   private readonly dids: string[] = [];
+  private readonly keyed: Array<{ ws: string; key: string; body: unknown }> = [];
   private n = 0;
   constructor(
     private readonly intake: Intake,
@@ -46,6 +62,21 @@ class Workload {
     const attrs = () => [
       { name: this.pick(['email', 'tier', 'age']), value: this.rnd() < 0.2 ? null : `v${this.n}`, type: 'string' as const },
     ];
+    // A keyed track event: a new key, a retry of an earlier one (same body), or a key reused for
+    // another body (a conflict); only the new ones add records and keys.
+    if (did !== undefined && r < 0.06) {
+      const body = { did, name: 'k', timestamp: at };
+      const earlier = this.keyed.length > 0 && this.rnd() < 0.5 ? this.pick(this.keyed) : null;
+      if (earlier === null) {
+        const key = `key-${this.n}`;
+        this.keyed.push({ ws: ws.name, key, body });
+        this.intake.devices.trackEvent(ws, body as never, at, keyed(ws.name, '/msv_cevt', key, body));
+      } else {
+        const sent = this.rnd() < 0.7 ? earlier.body : body;
+        this.intake.devices.trackEvent(this.workspaces.get(earlier.ws), sent as never, at, keyed(earlier.ws, '/msv_cevt', earlier.key, sent));
+      }
+      return;
+    }
     if (r < 0.12 || did === undefined) {
       const reply: Reply = { ...ignore, succeed: (body: string) => this.dids.push((JSON.parse(body) as { did: string }).did) };
       const info = { ...LAUNCH_INFO, appVersionName: this.pick(['1.0', '2.0', '3.0']), firstTime: this.rnd() < 0.5 };
@@ -86,22 +117,29 @@ function views(workspaces: Workspaces): unknown {
   return { devices: byKey(devices, key), customers: byKey(customers, key), products: byKey(products, key), collections: byKey(collections, key) };
 }
 
+function keyView(keys: KeyTable): string[] {
+  return [...keys.held()].map((k) => JSON.stringify(k)).sort();
+}
+
 function replayUpTo(store: Store, seq: number): unknown {
   const workspaces = new Workspaces();
   const interner = new ProfileInterner();
+  const keys = new KeyTable(KEYS_HELD, KEYS_WINDOW_SECONDS);
   for (const { seq: s, record } of Journal.read(store.journal)) {
     if (s > seq) break;
     applyRecord(workspaces, interner, record);
+    if (record.idem !== undefined) keys.remember(keyHashOf(record.idem), s, record.at);
   }
-  return views(workspaces);
+  return { ...(views(workspaces) as object), keys: keyView(keys) };
 }
 
 function fromSnapshot(store: Store, id: number): unknown {
   const meta = store.snapshots.get(id);
   assert.ok(meta?.completedAt, `snapshot ${id} is complete`);
   const workspaces = new Workspaces();
-  loadSnapshot(store, meta, workspaces, new ProfileInterner());
-  return views(workspaces);
+  const keys = new KeyTable(KEYS_HELD, KEYS_WINDOW_SECONDS);
+  loadSnapshot(store, meta, workspaces, new ProfileInterner(), keys);
+  return { ...(views(workspaces) as object), keys: keyView(keys) };
 }
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -112,13 +150,14 @@ function openRig(dataDir: string, sliceEntities: number) {
   let writer: SnapshotWriter | null = null;
   const workspaces = new Workspaces((name) => writer!.trackerFor(name));
   const journal = new Journal(store.journal, 'group', 8192);
-  writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities });
-  const intake = new Intake(workspaces, journal);
+  const keys = new KeyTable(KEYS_HELD, KEYS_WINDOW_SECONDS);
+  writer = new SnapshotWriter(store, journal, () => workspaces, pino({ level: 'silent' }), { sliceEntities, keys });
+  const intake = new Intake(workspaces, journal, keys);
   const close = async (): Promise<void> => {
     await journal.drain();
     await store.close();
   };
-  return { store, workspaces, journal, writer, intake, close };
+  return { store, workspaces, journal, writer, intake, keys, close };
 }
 
 /** The snapshot ids that have chunks in the store, in order. */
@@ -138,7 +177,7 @@ async function abortAfterFirstChunk(store: Store, writer: SnapshotWriter): Promi
 describe('snapshot exactness', () => {
   for (const seed of [1, 2, 3]) {
     test(`seed ${seed}: 12 snapshots written while random writes run between their slices equal a replay up to their seq`, async () => {
-      const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 2);
+      const { store, workspaces, journal, writer, intake, keys, close } = openRig(tempDataDir(), 2);
       const rnd = seededRandom(seed);
       const workload = new Workload(intake, workspaces, rnd);
       try {
@@ -162,6 +201,7 @@ describe('snapshot exactness', () => {
           for (let i = 0, n = Math.floor(rnd() * 200); i < n; i++) workload.step();
         }
         assert.equal(checked, 12);
+        assert.ok(keys.forgotten > 0 && keys.size === KEYS_HELD, `the key table was full and evicting (${keys.size} held, ${keys.forgotten} forgotten)`);
         // Only the newest complete snapshot is kept.
         assert.equal([...store.snapshots.getKeys()].length, 1);
       } finally {
@@ -171,7 +211,7 @@ describe('snapshot exactness', () => {
   }
 
   test('big mappings applied in slices, with writes queued behind them, while snapshots run', async () => {
-    const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 50);
+    const { store, workspaces, journal, writer, intake, keys, close } = openRig(tempDataDir(), 50);
     const rnd = seededRandom(42);
     const ws = workspaces.get('a');
     const productIds = Array.from({ length: 12_000 }, (_, i) => `p${i}`);
@@ -209,7 +249,7 @@ describe('snapshot exactness', () => {
       // Whatever is still queued finishes; then the live state equals a full replay.
       while (!ws.catalog.mailbox.idle) await turn();
       await journal.drain();
-      assert.deepEqual(views(workspaces), replayUpTo(store, Number.MAX_SAFE_INTEGER));
+      assert.deepEqual({ ...(views(workspaces) as object), keys: keyView(keys) }, replayUpTo(store, Number.MAX_SAFE_INTEGER));
     } finally {
       while (!ws.catalog.mailbox.idle) await turn();
       await close();
@@ -285,7 +325,7 @@ describe('snapshot exactness', () => {
 
     // Restart: recover from the store as main.ts does, then snapshot again.
     const after = openRig(dataDir, 50);
-    const report = recover(after.store, after.workspaces, after.intake.interner);
+    const report = recover(after.store, after.workspaces, after.intake.interner, after.keys);
     assert.equal(report.snapshotId, second.id, 'recovery uses the newest complete snapshot');
     after.journal.continueAfter(report.lastSeq);
     try {

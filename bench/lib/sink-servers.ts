@@ -67,8 +67,10 @@ export interface OwnServer {
   readonly port: number;
   /** CPU seconds the server has used so far (its processes and their children). */
   cpuSeconds(): number;
-  /** Stops the server (its data stays). */
+  /** Stops the server gracefully (its data stays); stopping a stopped server does nothing. */
   stop(): Promise<void>;
+  /** Kills it as a crash would (NATS: SIGKILL; PostgreSQL: immediate shutdown, no checkpoint). */
+  kill(): Promise<void>;
   /** Starts it again on the same port with the same data. */
   start(): Promise<void>;
 }
@@ -78,8 +80,15 @@ export interface NatsOptions {
   maxPayloadBytes?: number;
 }
 
+export interface OwnNats extends OwnServer {
+  restartWith(options: NatsOptions): Promise<void>;
+  /** SIGSTOP: the server keeps its connections but answers nothing until resume(). */
+  freeze(): void;
+  resume(): void;
+}
+
 /** `nats-server -js` on a free port, its JetStream store in a temporary directory. */
-export async function startOwnNats(options: NatsOptions = {}): Promise<OwnServer & { restartWith(options: NatsOptions): Promise<void> }> {
+export async function startOwnNats(options: NatsOptions = {}): Promise<OwnNats> {
   const dir = mkdtempSync(join(tmpdir(), 'intake-nats-'));
   const port = await freePort();
   let child: ChildProcess | null = null;
@@ -93,14 +102,16 @@ export async function startOwnNats(options: NatsOptions = {}): Promise<OwnServer
     child = spawn(NATS_SERVER_BIN, ['-c', join(dir, 'nats.conf')], { stdio: 'ignore' });
     await waitFor(`nats-server on ${port}`, () => canConnect(port));
   };
-  const stop = async (): Promise<void> => {
+  const end = async (signal: NodeJS.Signals): Promise<void> => {
     const running = child;
     child = null;
-    if (running === null || running.exitCode !== null) return;
+    if (running === null || running.exitCode !== null || running.signalCode !== null) return;
     const exited = new Promise((resolve) => running.once('exit', resolve));
-    running.kill('SIGTERM');
+    running.kill('SIGCONT'); // a frozen server cannot act on SIGTERM
+    running.kill(signal);
     await exited;
   };
+  const stop = (): Promise<void> => end('SIGTERM');
   cleanups.push(() => {
     child?.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
@@ -112,7 +123,10 @@ export async function startOwnNats(options: NatsOptions = {}): Promise<OwnServer
     port,
     cpuSeconds: () => (child?.pid === undefined ? 0 : treeCpuSeconds(child.pid)),
     stop,
+    kill: () => end('SIGKILL'),
     start,
+    freeze: () => child?.kill('SIGSTOP'),
+    resume: () => child?.kill('SIGCONT'),
     async restartWith(opts) {
       await stop();
       configure(opts);
@@ -147,12 +161,16 @@ export async function startOwnPostgres(options: PostgresOptions = {}): Promise<O
   const port = await freePort();
   const data = join(dir, 'data');
   run(asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8']));
+  let running = false;
   const start = async (): Promise<void> => {
     run(asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-w', '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=${options.fsync === true ? 'on' : 'off'}`, 'start']));
+    running = true;
     await waitFor(`postgres on ${port}`, () => canConnect(port));
   };
-  const stop = async (): Promise<void> => {
-    run(asPostgres('pg_ctl', ['-D', data, '-w', '-m', 'immediate', 'stop']));
+  const stopWith = async (mode: 'fast' | 'immediate'): Promise<void> => {
+    if (!running) return;
+    running = false;
+    run(asPostgres('pg_ctl', ['-D', data, '-w', '-m', mode, 'stop']));
   };
   cleanups.push(() => {
     const kill = asPostgres('pg_ctl', ['-D', data, '-m', 'immediate', 'stop']);
@@ -171,7 +189,8 @@ export async function startOwnPostgres(options: PostgresOptions = {}): Promise<O
         return 0;
       }
     },
-    stop,
+    stop: () => stopWith('fast'),
+    kill: () => stopWith('immediate'),
     start,
   };
 }

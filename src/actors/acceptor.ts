@@ -1,8 +1,11 @@
-// How a live write ends: accepted (applied to memory, journaled, answered 200 once durable) or
-// refused (a 422 answered once every write it may have observed is durable).
+// How a live write ends: accepted (applied to memory, journaled, answered 200 once durable),
+// refused (a 422 answered once every write it may have observed is durable), or, for a retry
+// with a known Idempotency-Key, answered as the first one was (CONTRACT.md §10).
+import type { IdempotencyClaim } from '../idempotency/claim.ts';
+import type { KeyTable } from '../idempotency/key-table.ts';
 import type { CommitWaiter, Journal } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
-import type { ValidationDetail } from '../schemas/details.ts';
+import { detail, type ValidationDetail } from '../schemas/details.ts';
 import { applyRecord } from './apply.ts';
 import type { ProfileInterner } from './interner.ts';
 import type { Workspaces } from './workspace.ts';
@@ -15,15 +18,28 @@ export interface Reply extends CommitWaiter {
   reject(details: ValidationDetail[]): void;
   /** A bug or a lost worker: 500, logged; nothing of the write was applied. */
   crashed(error: unknown): void;
+  /** The request's Idempotency-Key, with its body fingerprint set; null without the header. */
+  readonly idempotency: IdempotencyClaim | null;
+  /** A retry: once durable, answer 200 with `answer()` and `idempotent-replayed: true`. */
+  replay(answer: () => string): void;
+}
+
+/** What retries did since start, for /metrics. */
+export interface RetryCounts {
+  replays: number;
+  conflicts: number;
 }
 
 export const SUCCESS_BODY = '{"success":true}';
 
 export class Acceptor {
+  readonly retries: RetryCounts = { replays: 0, conflicts: 0 };
+
   constructor(
     readonly workspaces: Workspaces,
     readonly interner: ProfileInterner,
     readonly journal: Journal,
+    readonly keys: KeyTable,
   ) {}
 
   accept(record: JournalRecord, reply: Reply, body: string): void {
@@ -34,7 +50,41 @@ export class Acceptor {
   /** For a write whose change to memory was already made (a staged mapping's commit). */
   journalApplied(record: JournalRecord, reply: Reply, body: string): void {
     reply.succeed(body);
-    this.journal.append(record, reply);
+    const claim = reply.idempotency;
+    // One record, one fsync: the key travels in the write's own record.
+    if (claim !== null) record.idem = claim.recordBytes();
+    const seq = this.journal.append(record, reply);
+    if (claim !== null) this.keys.remember(claim, seq, record.at);
+  }
+
+  /**
+   * In the write's turn, before anything else: if its Idempotency-Key is remembered, answers it
+   * (the first answer again, or 422 idempotency.reused for another body) and returns true. A
+   * retry of a write not yet durable is answered when it is. `launch`: the answer is the did
+   * and sid of the first launch, read back from its journal record.
+   */
+  retried(reply: Reply, launch = false): boolean {
+    const claim = reply.idempotency;
+    if (claim === null) return false;
+    const n = this.keys.find(claim, Math.floor(Date.now() / 1000));
+    if (n < 0) return false;
+    if (!this.keys.sameRequest(n, claim)) {
+      this.retries.conflicts++;
+      this.refuse([detail.idempotencyReused(claim.key)], reply);
+      return true;
+    }
+    this.retries.replays++;
+    const seq = this.keys.seqOf(n);
+    reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
+    if (seq > this.journal.durableSeq && this.journal.afterPending(reply)) return true;
+    reply.committed();
+    return true;
+  }
+
+  private launchAnswer(seq: number): string {
+    const record = this.journal.recordAt(seq);
+    if (record === null || record.kind !== 'app_launch') throw new Error(`journal record ${seq} is not the app launch its Idempotency-Key names`);
+    return JSON.stringify({ did: record.did, sid: record.sid });
   }
 
   refuse(details: ValidationDetail[], reply: Reply): void {

@@ -22,8 +22,14 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 export class CatalogWrites {
   constructor(private readonly acceptor: Acceptor) {}
 
+  /** Runs `job` in the catalog's turn, unless the write is a retry answered from the first one. */
   private inTurn(ws: Workspace, reply: Reply, job: CatalogJob): void {
-    ws.catalog.mailbox.submit(job, (error) => reply.crashed(error));
+    ws.catalog.mailbox.submit(() => (this.acceptor.retried(reply) ? undefined : job()), (error) => reply.crashed(error));
+  }
+
+  /** For a mapping whose body came back from a worker (its fingerprint set): in its turn already. */
+  retried(reply: Reply): boolean {
+    return this.acceptor.retried(reply);
   }
 
   productUpsert(ws: Workspace, body: Product, at: number, reply: Reply): void {

@@ -27,7 +27,10 @@ export class DeviceWrites {
     return did;
   }
 
+  // Each write first asks whether it is a retry of one already accepted (Idempotency-Key).
+
   appLaunch(ws: Workspace, body: AppLaunch, at: number, reply: Reply): void {
+    if (this.acceptor.retried(reply, true)) return;
     const sent = body.did;
     const known = typeof sent === 'string' ? ws.devices.get(sent) : undefined;
     const device = known !== undefined && !known.loggedOut ? known : undefined;
@@ -38,22 +41,26 @@ export class DeviceWrites {
   }
 
   trackEvent(ws: Workspace, body: TrackEvent, at: number, reply: Reply): void {
+    if (this.acceptor.retried(reply)) return;
     const device = this.activeDevice(ws, body.did, reply);
     if (device !== null) this.acceptFor(ws, device, 'event', body, device.customerId, at, reply);
   }
 
   identify(ws: Workspace, body: Identify, at: number, reply: Reply): void {
+    if (this.acceptor.retried(reply)) return;
     const device = this.activeDevice(ws, body.did, reply);
     if (device !== null) this.acceptFor(ws, device, 'identify', body, body.clientCustomerId ?? device.customerId, at, reply);
   }
 
   pushToken(ws: Workspace, body: PushToken, at: number, reply: Reply): void {
+    if (this.acceptor.retried(reply)) return;
     const device = this.activeDevice(ws, body.did, reply);
     if (device !== null) this.acceptFor(ws, device, 'push_token', body, device.customerId, at, reply);
   }
 
   /** Logout needs a known did; logging out twice answers 200 (and is journaled like any write). */
   logout(ws: Workspace, body: Logout, at: number, reply: Reply): void {
+    if (this.acceptor.retried(reply)) return;
     const device = ws.devices.get(body.did);
     if (device === undefined) return this.acceptor.refuse([detail.deviceNotFound(body.did)], reply);
     this.acceptFor(ws, device, 'logout', body, device.customerId, at, reply);

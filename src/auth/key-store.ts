@@ -6,7 +6,11 @@ import { customAlphabet } from 'nanoid';
 import type { Store, StoredKey } from '../journal/store.ts';
 
 export const KEY_PREFIX_LENGTH = 12;
-export const WORKSPACE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+/**
+ * Letters, digits, "_", "-", and dots between them (never first, last or doubled): the name is
+ * also the middle of a NATS subject (`intake.<workspace>.<kind>`), which allows no empty token.
+ */
+export const WORKSPACE_NAME = /^(?=.{1,64}$)[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const KEY_VERSION = 'keysVersion';
 
 // Alphanumeric only, so a key is easy to copy and never contains the ':' or ',' of SERVICE_KEYS.
@@ -31,7 +35,7 @@ export function storedKeys(store: Store): Array<StoredKey & { hash: string }> {
 /** Creates a key for `workspace` and returns it; this is the only time the key is visible. */
 export async function createKey(store: Store, workspace: string): Promise<string> {
   if (!WORKSPACE_NAME.test(workspace)) {
-    throw new KeyError(`workspace name must match ${WORKSPACE_NAME} (letters, digits, "_", ".", "-")`);
+    throw new KeyError(`workspace name must be 1 to 64 letters, digits, "_", "-" and "." (a dot only between two of the others)`);
   }
   const key = newKey();
   const record: StoredKey = { workspace, prefix: key.slice(0, KEY_PREFIX_LENGTH), createdAt: Date.now(), revokedAt: null };

@@ -40,6 +40,8 @@ interface ExportArgs {
 
 /** How often --follow looks for new records. */
 const FOLLOW_POLL_MS = 100;
+/** After SIGINT/SIGTERM, --follow gets this long to flush what it printed to a slow reader. */
+const STOP_GRACE_MS = 1_000;
 
 function parseArgs(argv: readonly string[]): ExportArgs {
   const args: ExportArgs = { what: 'events', since: 0, workspace: null, kind: null, follow: false, dataDir: process.env.DATA_DIR || './data' };
@@ -99,14 +101,19 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
   let stopping = false;
   let wake: (() => void) | null = null;
   const stop = (): void => {
+    // A second signal, or a reader that does not take what is already written: exit anyway.
+    if (stopping) process.exit(0);
     stopping = true;
     wake?.();
+    setTimeout(() => process.exit(0), STOP_GRACE_MS).unref();
   };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
   let cursor = args.since;
   while (!stopping) {
-    const durable = store.meta.get(DURABLE_SEQ_KEY) ?? 0;
+    store.root.resetReadTxn();
+    // A data directory from before the durable position existed: all it holds is durable.
+    const durable = store.meta.get(DURABLE_SEQ_KEY) ?? Journal.lastSeq(store.journal);
     if (durable > cursor) cursor = await printEvents(store, args, out, cursor, durable, () => stopping);
     await out.flush();
     if (stopping) break;

@@ -30,6 +30,8 @@ export interface Settings {
   deliveryBatchBytes: number;
   deliveryRetryMaxMs: number;
   deliveryLingerMs: number;
+  idempotencyWindowSeconds: number;
+  idempotencyMaxKeys: number;
   logLevel: string;
 }
 
@@ -82,6 +84,8 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'deliveryBatchBytes', env: 'DELIVERY_BATCH_BYTES', flag: '--delivery-batch-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: 256 * MiB, description: 'most bytes of exported JSON a sink is handed at once (a single bigger record goes alone)' },
   { key: 'deliveryRetryMaxMs', env: 'DELIVERY_RETRY_MAX_MS', flag: '--delivery-retry-max-ms', kind: 'integer', defaultValue: 5000, min: 10, max: 600_000, description: 'longest wait between two attempts to reach a sink that is down (the wait doubles from 50 ms up to this)' },
   { key: 'deliveryLingerMs', env: 'DELIVERY_LINGER_MS', flag: '--delivery-linger-ms', kind: 'integer', defaultValue: 20, min: 0, max: 10_000, description: 'with less than a full batch ready, a sink waits this long for more records (fewer, bigger batches; 0: deliver at once)' },
+  { key: 'idempotencyWindowSeconds', env: 'IDEMPOTENCY_WINDOW_SECONDS', flag: '--idempotency-window-seconds', kind: 'integer', defaultValue: 86_400, min: 1, max: 90 * 86_400, description: 'how long an Idempotency-Key is remembered (a retry after that is a new write)' },
+  { key: 'idempotencyMaxKeys', env: 'IDEMPOTENCY_MAX_KEYS', flag: '--idempotency-max-keys', kind: 'integer', defaultValue: 5_000_000, min: 0, max: 200_000_000, description: 'most Idempotency-Keys remembered, about 40 bytes each; when full the oldest are forgotten first (0: none)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
 ];
 

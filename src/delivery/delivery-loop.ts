@@ -11,7 +11,7 @@
 import type { Logger } from '../telemetry/logger.ts';
 import type { DurableSignal } from './durable-signal.ts';
 import type { JournalReader } from './journal-reader.ts';
-import { RecordTooLargeError, SinkMismatchError, type Sink } from './sink.ts';
+import { UndeliverableRecordError, SinkMismatchError, type Sink } from './sink.ts';
 
 export interface DeliveryOptions {
   batchRecords: number;
@@ -25,6 +25,8 @@ export interface DeliveryOptions {
 export interface DeliveryReport {
   state(sink: string, up: boolean): void;
   delivered(sink: string, seq: number, records: number, seconds: number): void;
+  /** Where the sink was found when delivery (re)connected. */
+  position(sink: string, seq: number): void;
 }
 
 /** The sinks' positions in LMDB. */
@@ -38,6 +40,8 @@ const RETRY_FIRST_MS = 50;
 const IDLE_WAIT_MS = 250;
 /** The saved position lags the delivered one by at most this (each save is an LMDB commit). */
 const SAVE_EVERY_MS = 200;
+/** A read that finds nothing although the durable position is ahead waits this long (never spins). */
+const NOTHING_STORED_WAIT_MS = 10;
 
 function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
@@ -94,8 +98,10 @@ export class DeliveryLoop {
         if (!this.opened) await this.open();
         let batch = this.read();
         if (batch.length === 0) {
+          this.markUp(); // reachable, and nothing to deliver
           if (this.position !== this.savedPosition) await this.savePosition();
-          await this.durable.waitBeyond(this.position, IDLE_WAIT_MS);
+          if (this.durable.value > this.position) await this.skipTrimmed();
+          else await this.durable.waitBeyond(this.position, IDLE_WAIT_MS);
           continue;
         }
         if (batch.length < this.options.batchRecords && this.options.lingerMs > 0) {
@@ -123,6 +129,23 @@ export class DeliveryLoop {
         retryMs = Math.min(retryMs * 2, this.options.retryMaxMs);
       }
     }
+  }
+
+  /**
+   * Durable records follow the position, but none is stored after it: retention trimmed them
+   * before this sink got them (its position was behind what retention knew, e.g. a sink that
+   * holds less than it once confirmed). Goes on after them, with the log saying which.
+   */
+  private async skipTrimmed(): Promise<void> {
+    const first = this.reader.firstSeq();
+    const durable = this.durable.value;
+    const gone = Math.min(durable, (first ?? durable + 1) - 1);
+    if (gone > this.position) {
+      this.log.warn({ sink: this.sink.kind, missing: [this.position + 1, gone] }, 'records were trimmed from the journal before this sink received them');
+      this.position = gone;
+      this.report.position(this.sink.kind, gone);
+    }
+    await this.sleep(NOTHING_STORED_WAIT_MS);
   }
 
   private read(): ReturnType<JournalReader['read']> {
@@ -153,8 +176,11 @@ export class DeliveryLoop {
     this.position = start;
     this.savedPosition = saved;
     this.opened = true;
+    this.report.position(this.sink.kind, start);
     await this.savePosition();
-    this.markUp();
+    // Reachable. After an outage "back" waits for a confirmed batch (or nothing to deliver):
+    // a sink that connects but refuses every batch must not log down, back, down, back...
+    if (this.up === null) this.markUp();
   }
 
   // State first, then the log line: whoever reads the line and then /metrics sees the new state.
@@ -175,7 +201,7 @@ export class DeliveryLoop {
     this.downSince = performance.now();
     this.report.state(this.sink.kind, false);
     // Once per outage. A mismatch or an oversized record needs an operator: an error, not a warning.
-    const needsOperator = error instanceof SinkMismatchError || error instanceof RecordTooLargeError;
+    const needsOperator = error instanceof SinkMismatchError || error instanceof UndeliverableRecordError;
     this.log[needsOperator ? 'error' : 'warn']({ sink: this.sink.kind, err: message(error), seq: this.position }, 'sink down: delivery paused (writes go on), retrying');
   }
 

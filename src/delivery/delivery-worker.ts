@@ -27,6 +27,7 @@ export interface DeliveryWorkerData {
 export type WorkerMessage =
   | { type: 'state'; sink: string; up: boolean }
   | { type: 'delivered'; sink: string; seq: number; records: number; seconds: number }
+  | { type: 'position'; sink: string; seq: number }
   | { type: 'stopped' };
 
 export type MainMessage = { type: 'stop' };
@@ -45,13 +46,14 @@ function main(): void {
   const report: DeliveryReport = {
     state: (sink, up) => post({ type: 'state', sink, up }),
     delivered: (sink, seq, records, seconds) => post({ type: 'delivered', sink, seq, records, seconds }),
+    position: (sink, seq) => post({ type: 'position', sink, seq }),
   };
   const positions: Positions = {
     get: (id) => store.delivery.get(id) ?? 0,
     save: (id, seq) => store.delivery.put(id, seq),
   };
   // Room for two full delivery batches: sinks that keep up read the same records one after the other.
-  const reader = new JournalReader(store.journal, 2 * data.options.batchRecords);
+  const reader = new JournalReader(store.journal, 2 * data.options.batchRecords, 2 * data.options.batchBytes);
   const durable = new DurableSignal(data.signal);
   const loops = data.sinks.map((config) => new DeliveryLoop(createSink(config), reader, durable, positions, data.options, report, log));
   for (const loop of loops) loop.start();

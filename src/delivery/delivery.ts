@@ -27,6 +27,7 @@ export class Delivery {
   private readonly signal = new DurableSignal();
   private readonly metrics: SinkMetrics | null = null;
   private worker: Worker | null = null;
+  private restartTimer: NodeJS.Timeout | null = null;
   private stopping = false;
   private stopped: (() => void) | null = null;
 
@@ -65,7 +66,9 @@ export class Delivery {
   /** Lets each sink finish its batch and save its position; gives up after `timeoutMs`. */
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
+    if (this.restartTimer !== null) clearTimeout(this.restartTimer);
     const worker = this.worker;
+    // None, or one that died and waited to be started again: nothing to stop.
     if (worker === null) return;
     const done = new Promise<void>((resolve) => {
       this.stopped = resolve;
@@ -80,7 +83,6 @@ export class Delivery {
     await done;
     clearTimeout(timer);
     await worker.terminate();
-    this.worker = null;
   }
 
   private spawn(): void {
@@ -101,16 +103,20 @@ export class Delivery {
     worker.on('message', (message: WorkerMessage) => {
       if (message.type === 'state') this.metrics?.state(message.sink, message.up);
       else if (message.type === 'delivered') this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
+      else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
       else this.stopped?.();
     });
     worker.on('error', (error) => this.log.error({ err: error }, 'delivery worker failed'));
     worker.on('exit', (code) => {
-      if (this.stopping || this.worker !== worker) return;
+      if (this.worker === worker) this.worker = null;
+      if (this.stopping) return;
       this.log.error({ code }, `delivery worker exited; starting it again in ${RESTART_AFTER_MS} ms`);
       for (const config of this.configs) this.metrics?.state(config.kind, false);
-      setTimeout(() => {
+      this.restartTimer = setTimeout(() => {
+        this.restartTimer = null;
         if (!this.stopping) this.spawn();
-      }, RESTART_AFTER_MS).unref();
+      }, RESTART_AFTER_MS);
+      this.restartTimer.unref();
     });
   }
 }

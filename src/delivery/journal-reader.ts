@@ -1,7 +1,8 @@
 // Reads committed journal records for the sinks, in bounded batches. Journal batches (one LMDB
 // value each, up to JOURNAL_MAX_BATCH_RECORDS records; a few dozen under load) never change once
 // written, so the most recently decoded are kept with their exported lines, up to `cacheRecords`
-// records: two sinks reading the same stretch of the journal decode and serialize it once.
+// records and `cacheBytes` of stored (msgpack) size: two sinks reading the same stretch of the
+// journal decode and serialize it once, and a few huge mapping records cannot fill the memory.
 import { Buffer } from 'node:buffer';
 import type { Database } from 'lmdb';
 import { exportLine } from '../journal/export-line.ts';
@@ -16,6 +17,8 @@ class DecodedBatch {
   constructor(
     readonly firstSeq: number,
     readonly records: readonly JournalRecord[],
+    /** Its size in LMDB (msgpack): what the cache counts. */
+    readonly storedBytes: number,
   ) {
     this.lines = new Array(records.length);
     this.sizes = new Array(records.length);
@@ -36,16 +39,20 @@ export class JournalReader {
   /** Decoded batches, oldest first, holding `cachedRecords` records in all. */
   private readonly cache = new Map<number, DecodedBatch>();
   private cachedRecords = 0;
+  private cachedBytes = 0;
   private readonly cacheRecords: number;
+  private readonly cacheBytes: number;
 
-  /** `cacheRecords`: how many decoded records to keep (the oldest batches go first). */
-  constructor(db: Database<JournalRecord[], number>, cacheRecords: number) {
+  /** How many decoded records, and of what stored size, to keep (the oldest batches go first). */
+  constructor(db: Database<JournalRecord[], number>, cacheRecords: number, cacheBytes: number) {
     this.db = db;
     this.cacheRecords = cacheRecords;
+    this.cacheBytes = cacheBytes;
   }
 
   /** The oldest stored seq (retention trims from the front), or null when the journal is empty. */
   firstSeq(): number | null {
+    this.db.resetReadTxn();
     return Journal.firstSeq(this.db);
   }
 
@@ -56,6 +63,9 @@ export class JournalReader {
   read(after: number, upTo: number, maxRecords: number, maxBytes: number): OutgoingRecord[] {
     const out: OutgoingRecord[] = [];
     if (upTo <= after) return out;
+    // lmdb-js renews a thread's read snapshot only from a timer; a loop that reads again before
+    // any timer ran would see the journal as it was (found by review: the worker span on it).
+    this.db.resetReadTxn();
     let bytes = 0;
     for (const key of this.keysFrom(after + 1)) {
       if (key > upTo) break;
@@ -74,6 +84,7 @@ export class JournalReader {
 
   /** The record of `seq`, or null when it is not (or no longer) stored. */
   record(seq: number): OutgoingRecord | null {
+    this.db.resetReadTxn();
     for (const key of this.keysFrom(seq)) {
       const batch = key > seq ? null : this.batch(key);
       return batch !== null && seq - key < batch.records.length ? batch.outgoing(seq - key) : null;
@@ -92,15 +103,18 @@ export class JournalReader {
   private batch(key: number): DecodedBatch | null {
     let batch = this.cache.get(key);
     if (batch !== undefined) return batch;
-    const records = this.db.get(key);
-    if (records === undefined) return null; // trimmed meanwhile
-    batch = new DecodedBatch(key, records);
+    const stored = this.db.getBinary(key);
+    if (stored === undefined) return null; // trimmed meanwhile
+    const records = this.db.get(key)!;
+    batch = new DecodedBatch(key, records, stored.length);
     this.cache.set(key, batch);
     this.cachedRecords += records.length;
+    this.cachedBytes += batch.storedBytes;
     for (const [oldKey, old] of this.cache) {
-      if (this.cachedRecords <= this.cacheRecords || old === batch) break;
+      if ((this.cachedRecords <= this.cacheRecords && this.cachedBytes <= this.cacheBytes) || old === batch) break;
       this.cache.delete(oldKey);
       this.cachedRecords -= old.records.length;
+      this.cachedBytes -= old.storedBytes;
     }
     return batch;
   }

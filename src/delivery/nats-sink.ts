@@ -20,7 +20,7 @@
 // (intake's next batch is refused, read again, and sent again after it).
 import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
-import { RecordTooLargeError, SinkMismatchError, sinkId, type OutgoingRecord, type Sink, type SinkConfig, type SinkHead } from './sink.ts';
+import { UndeliverableRecordError, SinkMismatchError, sinkId, type OutgoingRecord, type Sink, type SinkConfig, type SinkHead } from './sink.ts';
 
 const STREAM_NOT_FOUND = 10059;
 /** A server that does not answer within this is treated as down (then retried with backoff). */
@@ -34,6 +34,9 @@ const FOREIGN_SCAN_MESSAGES = 1_000;
 const HEADER_ALLOWANCE_BYTES = 512;
 
 const encoder = new TextEncoder();
+
+/** Subject tokens: no empty token, no wildcard, no whitespace (a workspace may hold dots). */
+const SUBJECT = /^[^.*>\s]+(\.[^.*>\s]+)*$/;
 
 /** `<prefix>.<workspace>.<kind>` */
 export function natsSubject(prefix: string, record: OutgoingRecord['record']): string {
@@ -111,10 +114,14 @@ export class NatsSink implements Sink {
     const payloads: Uint8Array[] = [];
     for (let i = 0; i < count; i++) {
       const record = batch[i]!;
+      if (!SUBJECT.test(record.record.workspace)) {
+        // Names allowed before dots were checked (key-store.ts) can make no subject.
+        throw new UndeliverableRecordError(`record ${record.seq}: workspace "${record.record.workspace}" makes no valid NATS subject; rename it`);
+      }
       const payload = encoder.encode(record.line);
       if (payload.length + HEADER_ALLOWANCE_BYTES > this.maxPayloadBytes) {
         if (i === 0) {
-          throw new RecordTooLargeError(`record ${record.seq} is ${payload.length} bytes; the NATS server's max_payload is ${this.maxPayloadBytes} (raise max_payload in its configuration)`);
+          throw new UndeliverableRecordError(`record ${record.seq} is ${payload.length} bytes; the NATS server's max_payload is ${this.maxPayloadBytes} (raise max_payload in its configuration)`);
         }
         break; // delivered up to here; the big one starts the next batch and fails there
       }

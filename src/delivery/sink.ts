@@ -50,5 +50,8 @@ export interface Sink {
 /** The sink holds records this journal does not have (another intake's, or an older data directory's). */
 export class SinkMismatchError extends Error {}
 
-/** A record bigger than the sink accepts (e.g. NATS max_payload); delivery waits until the limit is raised. */
-export class RecordTooLargeError extends Error {}
+/**
+ * A record the sink cannot take as it is configured (bigger than NATS max_payload, say):
+ * delivery waits at it, and the log tells the operator what to change.
+ */
+export class UndeliverableRecordError extends Error {}

@@ -50,12 +50,3 @@ export function parseJsonObject(raw: Buffer): DecodeResult {
   }
   return { ok: true, body: parsed as Record<string, unknown> };
 }
-
-/**
- * Inflates (if gzip) and parses a body. Synchronous: `bytes` may be a view of a uWS buffer that
- * is only valid during the current callback.
- */
-export function decodeBody(bytes: Buffer, encoding: Encoding, limitBytes: number): DecodeResult {
-  const inflated = inflateBody(bytes, encoding, limitBytes);
-  return inflated.ok ? parseJsonObject(inflated.raw) : inflated;
-}

@@ -13,6 +13,7 @@ function spec(type: string, status: number, reason: string, message: string): Er
 
 export const ERRORS = {
   malformedJson: spec('MalformedJsonError', 400, 'Bad Request', 'request body must be a JSON object'),
+  idempotencyKey: spec('IdempotencyKeyError', 400, 'Bad Request', 'Idempotency-Key must be 1 to 255 printable ASCII characters (0x21 to 0x7E)'),
   authentication: spec('AuthenticationError', 401, 'Unauthorized', 'missing or invalid x-service-key'),
   notFound: spec('NotFoundError', 404, 'Not Found', 'no such endpoint'),
   methodNotAllowed: spec('MethodNotAllowedError', 405, 'Method Not Allowed', 'method not allowed on this endpoint'),

@@ -4,13 +4,17 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { HttpResponse } from 'uWebSockets.js';
 import type { Reply } from '../actors/intake.ts';
+import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
 import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { RouteMetrics } from '../telemetry/metrics.ts';
-import { decodeBody, type Encoding } from './body.ts';
+import { inflateBody, parseJsonObject, type Encoding } from './body.ts';
 import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import { OK, send, UNPROCESSABLE, type SendOptions } from './respond.ts';
+
+/** The header on an answer replayed for an Idempotency-Key (CONTRACT.md §10). */
+const REPLAYED: SendOptions = { header: ['idempotent-replayed', 'true'] };
 
 /** What /openapi.json says of a route. */
 export interface RouteDoc {
@@ -58,6 +62,8 @@ export class PendingRequest implements Reply {
   private readonly startedAt: number;
   readonly limitBytes: number;
   readonly encoding: Encoding;
+  /** The Idempotency-Key, or null; its fingerprint is set once the body is decoded. */
+  readonly idempotency: IdempotencyClaim | null;
   private readonly env: RequestEnvironment;
   private aborted = false;
   private done = false;
@@ -66,6 +72,7 @@ export class PendingRequest implements Reply {
   private replyCode = 200;
   private replyStatus = OK;
   private replyBody = '';
+  private replayAnswer: (() => string) | null = null;
 
   constructor(
     res: HttpResponse,
@@ -76,6 +83,7 @@ export class PendingRequest implements Reply {
     limitBytes: number,
     encoding: Encoding,
     env: RequestEnvironment,
+    idempotency: IdempotencyClaim | null = null,
   ) {
     this.res = res;
     this.route = route;
@@ -86,13 +94,17 @@ export class PendingRequest implements Reply {
     this.limitBytes = limitBytes;
     this.encoding = encoding;
     this.env = env;
+    this.idempotency = idempotency;
   }
 
   /** Called from the uWS route handler. */
   start(): void {
     this.env.inFlight++;
     this.res.onAborted(this.onAborted);
-    if (this.route.limit === 'none') this.dispatch(null);
+    if (this.route.limit === 'none') {
+      this.idempotency?.fingerprint(bodyFingerprint());
+      this.dispatch(null);
+    }
     else this.res.onData(this.onData);
   }
 
@@ -135,13 +147,17 @@ export class PendingRequest implements Reply {
     const last = Buffer.from(chunk);
     const whole = this.chunks === null ? last : Buffer.concat([...this.chunks, last]);
     this.chunks = null;
-    const decoded = decodeBody(whole, this.encoding, this.limitBytes);
-    if (!decoded.ok) {
-      if (decoded.error === 'tooLarge') this.answerError(ERRORS.payloadTooLarge, decoded.message, { close: true });
-      else this.answerError(ERRORS.malformedJson, decoded.message);
+    const inflated = inflateBody(whole, this.encoding, this.limitBytes);
+    if (!inflated.ok) {
+      if (inflated.error === 'tooLarge') this.answerError(ERRORS.payloadTooLarge, inflated.message, { close: true });
+      else this.answerError(ERRORS.malformedJson, inflated.message);
       return;
     }
-    this.dispatch(decoded.body);
+    // The fingerprint is of the decoded body: a retry sent gzip'd or not is the same request.
+    this.idempotency?.fingerprint(bodyFingerprint(inflated.raw));
+    const parsed = parseJsonObject(inflated.raw);
+    if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
+    this.dispatch(parsed.body);
   };
 
   private dispatchRaw(bytes: Buffer): void {
@@ -190,8 +206,20 @@ export class PendingRequest implements Reply {
     this.replyBody = validationBody(details);
   }
 
+  replay(answer: () => string): void {
+    this.replayAnswer = answer;
+  }
+
   committed(): void {
-    this.answer(this.replyCode, this.replyStatus, this.replyBody);
+    const replay = this.replayAnswer;
+    if (replay === null) return this.answer(this.replyCode, this.replyStatus, this.replyBody);
+    let body: string;
+    try {
+      body = replay();
+    } catch (error) {
+      return this.crashed(error);
+    }
+    this.answer(200, OK, body, REPLAYED);
   }
 
   crashed(error: unknown): void {

@@ -8,6 +8,7 @@ import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
+import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { acceptsContentType, bodyEncoding } from './body.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
 import { PendingRequest, type RequestEnvironment, type WriteRoute } from './pending-request.ts';
@@ -73,6 +74,14 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     }
     const workspaceName = auth.workspaceOf(req.getHeader('x-service-key'));
     if (workspaceName === null) return refuseEarly(route, res, startedAt, ERRORS.authentication);
+    // Idempotency-Key, right after the key: a malformed one is refused before the body is read.
+    // (uWS cannot tell an empty header from none: both mean "no key".)
+    let claim: IdempotencyClaim | null = null;
+    const idempotencyKey = req.getHeader('idempotency-key');
+    if (idempotencyKey !== '') {
+      if (!validIdempotencyKey(idempotencyKey)) return refuseEarly(route, res, startedAt, ERRORS.idempotencyKey);
+      claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? route.pattern.replace(':id', param) : route.pattern, idempotencyKey);
+    }
     let limitBytes = 0;
     let encoding: 'identity' | 'gzip' = 'identity';
     if (route.limit !== 'none') {
@@ -86,7 +95,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
         return refuseEarly(route, res, startedAt, ERRORS.payloadTooLarge, undefined, true);
       }
     }
-    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env);
+    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim);
     request.start();
   };
 

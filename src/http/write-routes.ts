@@ -78,6 +78,8 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, mapping
         return request.invalid([...(idDetails ?? []), ...result.details].slice(0, MAX_DETAILS));
     }
     if (idDetails !== null) return request.invalid(idDetails);
+    if (result.fingerprint !== null) request.idempotency?.fingerprint(result.fingerprint);
+    if (catalog.retried(request)) return;
     return unpackIds(result.text, result.lengths, result.firstIndex, result.packed).then((mapping) =>
       catalog.applyMapping(request.workspace, request.param, add, mapping, request.at, request),
     );
@@ -93,7 +95,7 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, mapping
       const idDetails = validateIdParam(v, request.param);
       // The place in line is taken now, on arrival; the worker's result is applied in it.
       const fill = catalog.reserve(request.workspace, request);
-      pool.parse(bytes, request.encoding, request.limitBytes, mappingMaxItems).then(
+      pool.parse(bytes, request.encoding, request.limitBytes, mappingMaxItems, request.idempotency !== null).then(
         (result) => fill(() => afterWorker(request, add, idDetails, result)),
         (error: unknown) => fill(() => request.crashed(error)),
       );

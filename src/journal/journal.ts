@@ -297,6 +297,14 @@ export class Journal {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
+  /** The stored record of `seq`, or null (not written yet, or trimmed). */
+  recordAt(seq: number): JournalRecord | null {
+    for (const { key, value } of this.db.getRange({ start: seq, reverse: true, limit: 1 })) {
+      return seq - key < value.length ? value[seq - key]! : null;
+    }
+    return null;
+  }
+
   /** Every stored record in order, with its seq. */
   static *read(db: Database<JournalRecord[], number>, afterSeq = 0): Generator<{ seq: number; record: JournalRecord }> {
     // The batch holding afterSeq + 1 starts at or before it.

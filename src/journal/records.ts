@@ -18,6 +18,12 @@ interface Base<K extends string, D> {
   at: number;
   /** The validated request body (timestamps as numbers), or the id for deletes and mappings. */
   data: D;
+  /**
+   * Written with an Idempotency-Key: the hash of its scope (12 bytes) and of the body (8 bytes),
+   * so that a restart knows the key exactly as a crash leaves the write (idempotency/key-table.ts).
+   * Never exported.
+   */
+  idem?: Uint8Array;
 }
 
 /** Device records carry the device, its session and its customer at the time of the write. */

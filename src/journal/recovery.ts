@@ -4,6 +4,7 @@
 import { applyRecord } from '../actors/apply.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
+import { keyHashOf, type KeyTable } from '../idempotency/key-table.ts';
 import { Journal } from './journal.ts';
 import { loadSnapshot } from './snapshot-loader.ts';
 import { newestCompleteSnapshot } from './snapshot-writer.ts';
@@ -21,10 +22,15 @@ export interface RecoveryReport {
 
 export class JournalGap extends Error {}
 
-export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner): RecoveryReport {
+/**
+ * `keys`: the remembered Idempotency-Keys, rebuilt like the rest of the state: from the snapshot,
+ * then from the records after it (a key travels in its write's record).
+ */
+export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null = null): RecoveryReport {
   const started = performance.now();
   const snapshot = newestCompleteSnapshot(store);
-  if (snapshot !== null) loadSnapshot(store, snapshot, workspaces, interner);
+  if (snapshot !== null) loadSnapshot(store, snapshot, workspaces, interner, keys);
+  const oldestKeptMs = keys === null ? 0 : Date.now() - keys.windowSeconds * 1000;
   const afterSeq = snapshot?.seq ?? 0;
   const loaded = performance.now();
   const first = Journal.firstSeq(store.journal);
@@ -36,6 +42,7 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
   let lastSeq = afterSeq;
   for (const { seq, record } of Journal.read(store.journal, afterSeq)) {
     applyRecord(workspaces, interner, record);
+    if (keys !== null && record.idem !== undefined && record.at >= oldestKeptMs) keys.remember(keyHashOf(record.idem), seq, record.at);
     records++;
     lastSeq = seq;
   }

@@ -7,6 +7,7 @@ import { CatalogCollection, CatalogProduct } from '../actors/catalog-actor.ts';
 import type { TrackedEntity } from '../actors/change-tracker.ts';
 import { Customer } from '../actors/customer.ts';
 import { DeviceActor, type PushTokens } from '../actors/device-actor.ts';
+import { ENTRY_BYTES } from '../idempotency/key-table.ts';
 import type { LaunchInfoValue } from '../schemas/endpoints.ts';
 
 export const ENTRY_WORKSPACE = 0;
@@ -15,6 +16,8 @@ export const ENTRY_DEVICE = 2;
 export const ENTRY_CUSTOMER = 3;
 export const ENTRY_PRODUCT = 4;
 export const ENTRY_COLLECTION = 5;
+/** Remembered Idempotency-Keys: key-table.ts's packed entries, in insertion order. */
+export const ENTRY_KEYS = 6;
 
 type Attributes = Array<[name: string, type: AttributeValue['type'], value: AttributeValue['value']]>;
 
@@ -24,7 +27,8 @@ export type Entry =
   | [typeof ENTRY_DEVICE, ws: number, did: string, sid: string, profile: number, customer: string | null, loggedOut: 0 | 1, tokens: PushTokens | null, anonymous: Attributes | null]
   | [typeof ENTRY_CUSTOMER, ws: number, id: string, attributes: Attributes]
   | [typeof ENTRY_PRODUCT, ws: number, id: string, fields: Record<string, unknown>]
-  | [typeof ENTRY_COLLECTION, ws: number, id: string, fields: Record<string, unknown>, members: string[]];
+  | [typeof ENTRY_COLLECTION, ws: number, id: string, fields: Record<string, unknown>, members: string[]]
+  | [typeof ENTRY_KEYS, entries: Uint8Array];
 
 export interface EntityCounts {
   devices: number;
@@ -32,6 +36,7 @@ export interface EntityCounts {
   products: number;
   collections: number;
   profiles: number;
+  idempotencyKeys: number;
 }
 
 export function attributesToEntries(bag: AttributeBag): Attributes {
@@ -45,7 +50,7 @@ export class SnapshotEncoder {
   private readonly workspaces = new Map<string, number>();
   private readonly profiles = new Map<LaunchInfoValue, number>();
   private entries: Entry[] = [];
-  readonly counts: EntityCounts = { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0 };
+  readonly counts: EntityCounts = { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0, idempotencyKeys: 0 };
 
   get pending(): number {
     return this.entries.length;
@@ -88,6 +93,12 @@ export class SnapshotEncoder {
       this.entries.push([ENTRY_COLLECTION, ws, entity.id, { ...entity.fields }, [...entity.members]]);
       this.counts.collections++;
     }
+  }
+
+  /** A slice of remembered Idempotency-Keys (ENTRY_BYTES each). */
+  addKeys(entries: Uint8Array): void {
+    this.entries.push([ENTRY_KEYS, entries]);
+    this.counts.idempotencyKeys += entries.byteLength / ENTRY_BYTES;
   }
 
   /** The entries added since the last take. */

@@ -4,11 +4,13 @@ import { CatalogCollection, CatalogProduct } from '../actors/catalog-actor.ts';
 import { DeviceActor } from '../actors/device-actor.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
+import type { KeyTable } from '../idempotency/key-table.ts';
 import type { LaunchInfoValue } from '../schemas/endpoints.ts';
 import {
   ENTRY_COLLECTION,
   ENTRY_CUSTOMER,
   ENTRY_DEVICE,
+  ENTRY_KEYS,
   ENTRY_PRODUCT,
   ENTRY_PROFILE,
   ENTRY_WORKSPACE,
@@ -20,7 +22,8 @@ const unpackr = new Unpackr({ useRecords: false });
 
 export class SnapshotCorrupt extends Error {}
 
-export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Workspaces, interner: ProfileInterner): void {
+export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null = null): void {
+  const nowSeconds = Math.floor(Date.now() / 1000);
   const names: string[] = [];
   const profiles: LaunchInfoValue[] = [];
   const wsOf = (index: number) => {
@@ -72,6 +75,9 @@ export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Works
           wsOf(entry[1]).catalog.collections.set(collection.id, collection);
           break;
         }
+        case ENTRY_KEYS:
+          keys?.restore(entry[1], nowSeconds);
+          break;
       }
     }
   }

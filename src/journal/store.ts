@@ -5,6 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { JournalRecord } from './records.ts';
+import type { EntityCounts } from './snapshot-format.ts';
 // Registers the msgpack extension of packed id lists, so this process can read such records.
 import './packed-ids.ts';
 
@@ -25,7 +26,7 @@ export interface SnapshotMeta {
   completedAt: number | null;
   chunks: number;
   bytes: number;
-  entities: { devices: number; customers: number; products: number; collections: number; profiles: number };
+  entities: EntityCounts;
 }
 
 export interface Store {

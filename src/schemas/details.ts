@@ -78,6 +78,13 @@ export const detail = {
       context: { key, label: key, value: id },
     };
   },
+  /** CONTRACT §10: the key was kept for a request with another body. */
+  idempotencyReused: (value: string): ValidationDetail => ({
+    message: '"Idempotency-Key" was used for a different request',
+    path: ['headers', 'idempotency-key'],
+    type: 'idempotency.reused',
+    context: { key: 'idempotency-key', label: 'idempotency-key', value },
+  }),
 };
 
 /** The most details one 422 carries (CONTRACT §4). */

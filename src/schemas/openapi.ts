@@ -43,28 +43,42 @@ function errorResponse(description: string) {
   return { description, content: json(ref('Error')) };
 }
 
+/** CONTRACT §10. */
+const IDEMPOTENCY_KEY = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  description:
+    'Makes retries safe: a later request with the same key (same workspace, method and path) and the same body gets the first answer again, ' +
+    'with `idempotent-replayed: true`, and changes nothing; with another body, 422 idempotency.reused. Kept for IDEMPOTENCY_WINDOW_SECONDS ' +
+    '(default 86400) and at most IDEMPOTENCY_MAX_KEYS keys; only 200 answers are kept.',
+  schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[\\x21-\\x7E]+$' },
+};
+
 export function buildOpenApi(routes: readonly DocumentedRoute[], version: string): unknown {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
     const path = route.pattern.replace(/:([A-Za-z]+)/g, '{$1}');
     const responses: Record<string, unknown> = {
       '200': {
-        description: 'accepted and durably journaled',
+        description: 'accepted and durably journaled (or, with `idempotent-replayed: true`, the first answer of this Idempotency-Key)',
+        headers: { 'idempotent-replayed': { description: 'present (`true`) when this answer is the replay of an earlier request with the same Idempotency-Key', schema: { type: 'string', enum: ['true'] } } },
         content: json(ref(route.doc.launch ? 'LaunchResult' : 'Success')),
       },
+      '400': errorResponse(`${ERRORS.idempotencyKey.message} (IdempotencyKeyError)`),
       '401': errorResponse(ERRORS.authentication.message),
       '422': { description: 'validation error (schema, then references to stored state)', content: json(ref('ValidationError')) },
       '503': errorResponse('the journal cannot be written, or the server is shutting down'),
     };
     if (route.limit !== 'none') {
-      responses['400'] = errorResponse('body empty, not JSON, not an object, or not valid gzip');
+      responses['400'] = errorResponse('IdempotencyKeyError: a malformed Idempotency-Key; MalformedJsonError: body empty, not JSON, not an object, or not valid gzip');
       responses['413'] = errorResponse(`${ERRORS.payloadTooLarge.message} (the connection is closed)`);
       responses['415'] = errorResponse(ERRORS.unsupportedMediaType.message);
     }
     paths[path] ??= {};
     paths[path]![route.method === 'del' ? 'delete' : 'post'] = {
       summary: route.doc.summary,
-      ...(route.hasParam ? { parameters: [{ name: 'id', in: 'path', required: true, schema: plain(IdParam) }] } : {}),
+      parameters: [...(route.hasParam ? [{ name: 'id', in: 'path', required: true, schema: plain(IdParam) }] : []), IDEMPOTENCY_KEY],
       ...(route.doc.body !== null ? { requestBody: { required: true, content: json(plain(route.doc.body)) } } : {}),
       responses,
     };

@@ -95,6 +95,31 @@ export class Metrics {
   route(name: string): RouteMetrics {
     return new RouteMetrics(this, name);
   }
+
+  /** Idempotency-Key replays, conflicts, forgotten and held keys, read from plain counts at scrape. */
+  watchRetries(counts: { replays: number; conflicts: number }, keys: { size: number; forgotten: number }): void {
+    const counter = (name: string, help: string, read: () => number) =>
+      new client.Counter({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
+    counter('intake_idempotency_replays_total', 'requests answered with the first answer of their Idempotency-Key', () => counts.replays);
+    counter('intake_idempotency_conflicts_total', 'requests refused: their Idempotency-Key was used for a different request', () => counts.conflicts);
+    counter('intake_idempotency_forgotten_keys_total', 'Idempotency-Keys forgotten (older than the window, or the oldest when the table was full)', () => keys.forgotten);
+    new client.Gauge({
+      name: 'intake_idempotency_keys',
+      help: 'Idempotency-Keys remembered now',
+      registers: [this.registry],
+      collect() {
+        this.set(keys.size);
+      },
+    });
+  }
 }
 
 /** Per sink: delivered seq, lag, up, batch latency (CONTRACT.md §11). Fed by the delivery worker's reports. */
@@ -141,6 +166,11 @@ export class SinkMetrics {
 
   state(sink: string, up: boolean): void {
     this.up.labels(sink).set(up ? 1 : 0);
+  }
+
+  /** Where the sink is found to be when delivery (re)connects. */
+  position(sink: string, seq: number): void {
+    this.deliveredSeq.set(sink, seq);
   }
 
   delivered(sink: string, seq: number, records: number, seconds: number): void {

@@ -52,11 +52,11 @@ export class MappingPool {
     return this.pool !== null && (sizeBytes > this.settings.mappingWorkerThresholdBytes || encoding === 'gzip');
   }
 
-  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number): Promise<MappingTaskResult> {
+  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): Promise<MappingTaskResult> {
     if (this.pool === null) return Promise.reject(new Error('the mapping worker pool is off'));
     const bytes = ownBuffer(body);
     return this.pool.run(
-      { bytes, gzip: encoding === 'gzip', limitBytes, maxItems },
+      { bytes, gzip: encoding === 'gzip', limitBytes, maxItems, fingerprint },
       { transferList: [bytes], signal: AbortSignal.timeout(this.settings.mappingWorkerTimeoutMs) },
     );
   }

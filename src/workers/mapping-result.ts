@@ -7,6 +7,8 @@ export interface MappingTask {
   gzip: boolean;
   limitBytes: number;
   maxItems: number;
+  /** The request has an Idempotency-Key: return the fingerprint of the decoded body. */
+  fingerprint: boolean;
 }
 
 export type MappingTaskResult =
@@ -22,4 +24,6 @@ export type MappingTaskResult =
       firstIndex: Uint32Array;
       /** The distinct ids, msgpack-encoded for the journal record (packed-ids.ts). */
       packed: Uint8Array;
+      /** bodyFingerprint() of the inflated body, when the task asked for it. */
+      fingerprint: Uint8Array | null;
     };

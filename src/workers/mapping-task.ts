@@ -5,6 +5,7 @@
 import { getHeapStatistics } from 'node:v8';
 import { resourceLimits } from 'node:worker_threads';
 import { inflateBody, parseJsonObject, type Encoding } from '../http/body.ts';
+import { bodyFingerprint } from '../idempotency/claim.ts';
 import { distinctIds } from '../actors/mapping-ids.ts';
 import { packIds } from '../journal/packed-ids.ts';
 import { mappingBody } from '../schemas/endpoints.ts';
@@ -56,5 +57,6 @@ export default function parseMapping(task: MappingTask): MappingTaskResult {
   const { ids, firstIndex } = distinctIds(decoded.body.products as string[]);
   const lengths = new Uint16Array(ids.length);
   for (let i = 0; i < ids.length; i++) lengths[i] = ids[i]!.length;
-  return { kind: 'ok', text: ids.join(''), lengths, firstIndex: Uint32Array.from(firstIndex), packed: packIds(ids) };
+  const fingerprint = task.fingerprint ? bodyFingerprint(inflated.raw) : null;
+  return { kind: 'ok', text: ids.join(''), lengths, firstIndex: Uint32Array.from(firstIndex), packed: packIds(ids), fingerprint };
 }

@@ -22,6 +22,8 @@ export interface Held {
 export interface SinkTarget {
   readonly env: Record<string, string>;
   read(): Promise<Held>;
+  /** Deletes what the sink holds after `seq` (a lost tail, or an operator's delete). */
+  dropAfter(seq: number): Promise<void>;
   /** Removes the stream or table. */
   drop(): Promise<void>;
 }
@@ -90,6 +92,21 @@ export const natsHarness: SinkHarness = {
           await nc.close();
         }
       },
+      async dropAfter(seq) {
+        const nc = await connect({ servers: url, reconnect: false });
+        try {
+          const jsm = await jetstreamManager(nc);
+          const { first_seq, last_seq } = (await jsm.streams.info(stream)).state;
+          for (let s = last_seq; s >= first_seq; s--) {
+            const m = await jsm.streams.getMessage(stream, { seq: s });
+            if (m === null) continue;
+            if (Number(m.header?.get('Nats-Msg-Id')) <= seq) break;
+            await jsm.streams.deleteMessage(stream, s);
+          }
+        } finally {
+          await nc.close();
+        }
+      },
       async drop() {
         try {
           const nc = await connect({ servers: url, reconnect: false });
@@ -136,6 +153,7 @@ export const postgresHarness: SinkHarness = {
           });
           return { records, lines: null };
         }),
+      dropAfter: (seq) => withClient(url, (client) => client.query(`DELETE FROM "${table}" WHERE seq > $1`, [seq])).then(() => undefined),
       drop: () => withClient(url, (client) => client.query(`DROP TABLE IF EXISTS "${table}"`)).then(() => undefined, () => undefined),
     };
   },

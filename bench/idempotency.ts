@@ -1,0 +1,108 @@
+// Idempotency-Key costs (issue 10), two figures:
+// 1. Memory per remembered key: 1,000,000 track events with a new key each, against a second
+//    fresh server that gets 1,000,000 track events without a key; anonymous RSS and heap growth
+//    per request, with minus without (target ≤ 64 bytes per key).
+// 2. Server CPU per request, track events with a new key each against without a key, in
+//    alternating rounds on one server (target ≤ 1.10). Both carry one header with a fresh id
+//    (`idempotency-key`, or `x-nonce`), so the load generator does the same work for both.
+//   npm run bench:idempotency -- [keys=1000000] [roundSec=10] [rounds=3] [connections=64]
+import { cpus } from 'node:os';
+import autocannon from 'autocannon';
+import { LAUNCH_BODY } from './lib/bodies.ts';
+import { cpuSeconds } from './lib/cpu.ts';
+import { metricValue, settledMemory } from './lib/memory.ts';
+import { printTable, runBench } from './lib/report.ts';
+import { BENCH_KEY, startIntake, type RunningServer } from './lib/servers.ts';
+
+const keys = Number(process.argv[2] ?? 1_000_000);
+const roundSec = Number(process.argv[3] ?? 10);
+const rounds = Number(process.argv[4] ?? 3);
+const connections = Number(process.argv[5] ?? 64);
+const WARM_UP = 20_000;
+
+async function launchDid(server: RunningServer): Promise<string> {
+  const res = await fetch(`${server.url}/mcrs_appl_v1`, { method: 'POST', headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, body: LAUNCH_BODY });
+  return ((await res.json()) as { did: string }).did;
+}
+
+interface Sent {
+  requests: number;
+  reqPerSec: number;
+  p99: number;
+}
+
+/** Track events, each with a fresh id in `header` (autocannon's [<id>]); `amount` requests or `seconds`. */
+function trackEvents(server: RunningServer, did: string, header: string, limit: { amount: number } | { seconds: number }, title: string): Promise<Sent> {
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url: `${server.url}/msv_cevt`,
+        method: 'POST',
+        connections: 'amount' in limit ? 128 : connections,
+        ...('amount' in limit ? { amount: limit.amount } : { duration: limit.seconds }),
+        idReplacement: true,
+        title,
+        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json', [header]: '[<id>]' },
+        body: JSON.stringify({ did, name: 'product_view', timestamp: 1700000000000, info: [{ name: 'sku', value: 'A-1', type: 'string' }] }),
+      },
+      (error, r) =>
+        error ? reject(error) : r.non2xx > 0 || r.errors > 0 ? reject(new Error(`${title}: ${r.non2xx} non-2xx, ${r.errors} errors`)) : resolve({ requests: r.requests.total, reqPerSec: r.requests.average, p99: r.latency.p99 }),
+    );
+    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
+  });
+}
+
+/** Growth of heap and anonymous RSS per request over `keys` track events with (or without) a key each. */
+async function memoryPerRequest(header: string): Promise<{ heap: number; rss: number; held: number }> {
+  const server = await startIntake({ SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' });
+  try {
+    const did = await launchDid(server);
+    await trackEvents(server, did, header, { amount: WARM_UP }, `warm-up (${header})`);
+    const base = await settledMemory(server);
+    await trackEvents(server, did, header, { amount: keys }, `${keys} track events (${header})`);
+    const after = await settledMemory(server);
+    return { heap: (after.heap - base.heap) / keys, rss: (after.rss - base.rss) / keys, held: await metricValue(server, 'intake_idempotency_keys') };
+  } finally {
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const without = await memoryPerRequest('x-nonce');
+  const keyed = await memoryPerRequest('idempotency-key');
+  process.stderr.write(`memory: without ${JSON.stringify(without)}, keyed ${JSON.stringify(keyed)}\n`);
+
+  const server = await startIntake();
+  const cpu: Record<'plain' | 'keyed', number[]> = { plain: [], keyed: [] };
+  const rates: Record<'plain' | 'keyed', Sent[]> = { plain: [], keyed: [] };
+  try {
+    const did = await launchDid(server);
+    const pid = server.child.pid!;
+    await trackEvents(server, did, 'x-nonce', { seconds: 3 }, 'warm-up');
+    for (let r = 0; r < rounds; r++) {
+      for (const [kind, header] of [['plain', 'x-nonce'], ['keyed', 'idempotency-key']] as const) {
+        const before = cpuSeconds(pid);
+        const sent = await trackEvents(server, did, header, { seconds: roundSec }, `${kind} round ${r + 1}`);
+        cpu[kind].push(((cpuSeconds(pid) - before) / sent.requests) * 1e6);
+        rates[kind].push(sent);
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+  const median = (values: number[]) => [...values].sort((x, y) => x - y)[Math.floor(values.length / 2)]!;
+  const ratios = cpu.keyed.map((k, i) => k / cpu.plain[i]!);
+  printTable(
+    `bench:idempotency ${new Date().toISOString()}: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Node ${process.version}`,
+    ['measure', 'without a key', 'with a new key each', 'per key'],
+    [
+      `| heap bytes per request, ${keys.toLocaleString('en')} track events (after major GC) | ${without.heap.toFixed(1)} | ${keyed.heap.toFixed(1)} | ${(keyed.heap - without.heap).toFixed(1)} |`,
+      `| anonymous RSS bytes per request, ${keys.toLocaleString('en')} track events | ${without.rss.toFixed(1)} | ${keyed.rss.toFixed(1)} | **${(keyed.rss - without.rss).toFixed(1)}** |`,
+      `| server CPU µs per track event (median of ${rounds} rounds, ${connections} connections) | ${median(cpu.plain).toFixed(1)} | ${median(cpu.keyed).toFixed(1)} | ratio **${median(ratios).toFixed(3)}** (${ratios.map((x) => x.toFixed(3)).join(', ')}) |`,
+      `| req/s, p99 ms (median) | ${Math.round(median(rates.plain.map((x) => x.reqPerSec))).toLocaleString('en')}, ${median(rates.plain.map((x) => x.p99))} | ${Math.round(median(rates.keyed.map((x) => x.reqPerSec))).toLocaleString('en')}, ${median(rates.keyed.map((x) => x.p99))} | |`,
+    ],
+    [`Keys held after the keyed memory run: ${keyed.held.toLocaleString('en')}. Targets: ≤ 64 bytes per key; CPU with a key ≤ 1.10 × without.`],
+  );
+}
+
+runBench(main);
