@@ -1,10 +1,12 @@
 // The Idempotency-Key header (CONTRACT.md §10): what a valid key is, and the two hashes a keyed
 // request is known by. The scope hash covers workspace, method, path (with the decoded :id) and
-// key, so a key means something only for that one endpoint of that one workspace; the
-// fingerprint covers the decoded (inflated) body, so a retry with the same key and another body
-// is told apart. SHA-256, cut to 96 and 64 bits: two scopes share a hash with a probability of
-// about n² / 2^97 (2e-16 for five million keys). SHA-256 rather than a faster hash: a client
-// of one workspace must not be able to make up a key whose scope hash is another workspace's.
+// key, so a key means something only for that one endpoint of that one workspace: SHA-256 cut to
+// 96 bits (two scopes share a hash with a probability of about n² / 2^97, 2e-16 for five million
+// keys), a cryptographic hash because a client of one workspace must not be able to make up a
+// key whose scope hash is another workspace's. The fingerprint covers the decoded (inflated)
+// body, so that a retry with the same key and another body is told apart: 64 bits of a fast
+// non-cryptographic hash (two 32-bit lanes), since a made-up collision only fools the client's
+// own key (a retry with another body replayed instead of refused).
 import { hash } from 'node:crypto';
 import { RECORD_BYTES, type KeyHash } from './key-table.ts';
 
@@ -22,10 +24,41 @@ export function validIdempotencyKey(key: string): boolean {
 
 const EMPTY_BODY = new Uint8Array(0);
 
-/** The fingerprint of a decoded body: the first 8 bytes of its SHA-256 (a Buffer of 32). */
-export function bodyFingerprint(body: Uint8Array = EMPTY_BODY): Buffer {
-  return hash('sha256', body, 'buffer');
+/** A body's fingerprint: two 32-bit words. */
+export type Fingerprint = readonly [number, number];
+
+/** Murmur3's finalizer: every input bit reaches every output bit. */
+function mix(h: number): number {
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
 }
+
+/**
+ * The fingerprint of a decoded body: FNV-1a and a second multiply-xor lane with another prime,
+ * each finalized. In JS: one native SHA-256 call per request cost more than the loop over a
+ * typical body (a few hundred bytes).
+ */
+export function bodyFingerprint(body: Uint8Array = EMPTY_BODY): Fingerprint {
+  let a = 0x811c9dc5;
+  let b = 0x9747b28c ^ body.length;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i]!;
+    a = Math.imul(a ^ byte, 0x01000193);
+    b = Math.imul(b ^ byte, 0x5bd1e995);
+    b ^= b >>> 15;
+  }
+  return [mix(a), mix(b ^ a)];
+}
+
+/**
+ * The digest comes as a latin1 ("binary") string, one character per byte: a Buffer per digest is
+ * a native allocation the GC has to track, and cost three times as much (measured).
+ */
+function word(digest: string, at: number): number {
+  return (digest.charCodeAt(at) | (digest.charCodeAt(at + 1) << 8) | (digest.charCodeAt(at + 2) << 16) | (digest.charCodeAt(at + 3) << 24)) >>> 0;
+}
+
 
 /** A keyed request: its key, its scope hash (at once) and its body fingerprint (once the body is in). */
 export class IdempotencyClaim implements KeyHash {
@@ -39,17 +72,16 @@ export class IdempotencyClaim implements KeyHash {
   constructor(workspace: string, method: string, path: string, key: string) {
     this.key = key;
     // The key is last and holds no newline, so the joined text parses back one way only.
-    const scope = hash('sha256', `${workspace}\n${method}\n${path}\n${key}`, 'buffer');
-    this.h0 = scope.readUInt32LE(0);
-    this.h1 = scope.readUInt32LE(4);
-    this.h2 = scope.readUInt32LE(8);
+    const scope = hash('sha256', `${workspace}\n${method}\n${path}\n${key}`, 'binary');
+    this.h0 = word(scope, 0);
+    this.h1 = word(scope, 4);
+    this.h2 = word(scope, 8);
   }
 
-  /** Sets the fingerprint from bodyFingerprint() (computed here, or in a worker: then a Uint8Array). */
-  fingerprint(bytes: Uint8Array): void {
-    const buffer = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    this.f0 = buffer.readUInt32LE(0);
-    this.f1 = buffer.readUInt32LE(4);
+  /** Sets the fingerprint from bodyFingerprint() (computed here, or in a worker). */
+  fingerprint([f0, f1]: Fingerprint): void {
+    this.f0 = f0;
+    this.f1 = f1;
   }
 
   /** The 20 bytes the write's journal record carries: scope, then fingerprint. */

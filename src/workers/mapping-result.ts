@@ -1,4 +1,5 @@
 // What goes to a mapping worker and what comes back (both threads import these types).
+import type { Fingerprint } from '../idempotency/claim.ts';
 import type { ValidationDetail } from '../schemas/details.ts';
 
 export interface MappingTask {
@@ -25,5 +26,5 @@ export type MappingTaskResult =
       /** The distinct ids, msgpack-encoded for the journal record (packed-ids.ts). */
       packed: Uint8Array;
       /** bodyFingerprint() of the inflated body, when the task asked for it. */
-      fingerprint: Uint8Array | null;
+      fingerprint: Fingerprint | null;
     };
