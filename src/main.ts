@@ -8,6 +8,7 @@ import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
 import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
 import { Delivery } from './delivery/delivery.ts';
 import { KeyTable } from './idempotency/key-table.ts';
+import { RateLimits } from './http/rate-limits.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal } from './journal/journal.ts';
@@ -132,6 +133,8 @@ async function main(): Promise<void> {
   const validators = buildValidators(settings);
   const pool = new MappingPool(settings);
   const routes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
+  const rateLimits = new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
+  metrics.watchRateLimits(rateLimits.limited);
   const server = await startHttpServer({
     settings,
     auth,
@@ -140,6 +143,7 @@ async function main(): Promise<void> {
     metrics,
     log,
     openApiJson: JSON.stringify(buildOpenApi(routes, version)),
+    rateLimits,
     journalFailure: () => journal.failed,
   });
 

@@ -167,6 +167,26 @@ describe('Idempotency-Key', () => {
   });
 });
 
+describe('Idempotency-Key and pipelining (CONTRACT §2)', () => {
+  test('pipelined keyed writes lose their connection; retried on a new one, each is journaled once', async () => {
+    const server = await start();
+    const { did } = await launch(server);
+    const writes = Array.from({ length: 6 }, (_, i) => ({ key: `piped-${i}`, body: { did, name: `piped-${i}`, timestamp: T0 } }));
+    const raw = (w: (typeof writes)[number]) => {
+      const body = JSON.stringify(w.body);
+      return `POST /msv_cevt HTTP/1.1\r\nhost: x\r\nx-service-key: test-key-workspace-a-0123456789\r\ncontent-type: application/json\r\nidempotency-key: ${w.key}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    };
+    const { data, closed } = await rawExchange(server.port, [writes.map(raw).join('')], 1500);
+    assert.equal(closed, true, 'uWS closes a connection that pipelines behind a pending write');
+    assert.ok(parseResponses(data).length < writes.length, 'some were not answered');
+    // The client retries every write it has no answer for (here: all of them) with its key.
+    const retried = await Promise.all(writes.map((w) => send(server, 'POST', '/msv_cevt', w.body, w.key)));
+    assert.ok(retried.every((r) => r.status === 200));
+    const names = exportLines<any>(server.dataDir, 'events', '--kind', 'event').map((e) => e.data.name);
+    assert.deepEqual([...names].sort(), writes.map((w) => w.body.name).sort(), 'each write exactly once');
+  });
+});
+
 describe('Idempotency-Key across restarts', () => {
   test('a key answered 200 before a SIGKILL is replayed after the restart: same did and sid, no new record', async () => {
     const server = await start();

@@ -314,9 +314,11 @@ describe('transport (group commit, small limits)', () => {
 
   // -------------------------------------------------------------------------------------------
   describe('413 PayloadTooLargeError', () => {
-    test('(a) a declared content-length over the limit: 413 from the head alone, connection closed', async () => {
+    test('(a) a declared content-length over the limit, and no body: 413 once the drain gives up (5 s), connection closed', async () => {
       const head = rawRequest('POST', '/product', { headers: { 'content-type': 'application/json', 'content-length': String(BODY_LIMIT + 1) } });
-      const { data, closed } = await rawExchange(server.port, [head], 2000);
+      const started = Date.now();
+      const { data, closed } = await rawExchange(server.port, [head], 7000);
+      assert.ok(Date.now() - started >= 4500, 'the server waited for the body it was told about');
       const responses = parseResponses(data);
       assert.equal(responses.length, 1, data);
       assertRawError(responses[0], 413, 'PayloadTooLarge', 'declared length');
@@ -338,8 +340,9 @@ describe('transport (group commit, small limits)', () => {
       const head = rawRequest('POST', '/product', { headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } });
       const piece = '{"id":"x","name":"n"}' + ' '.repeat(1500 - 21);
       const chunk = `${Buffer.byteLength(piece).toString(16)}\r\n${piece}\r\n`;
-      // 3 × 1500 = 4500 > 4096; the terminating 0-chunk is never sent: the server must not wait for it.
-      const { data, closed } = await rawExchange(server.port, [head, chunk, chunk, chunk], 2000, 50);
+      // 3 × 1500 = 4500 > 4096; the terminating 0-chunk is never sent: the server drains for at
+      // most 5 s (CONTRACT §2), then answers and closes.
+      const { data, closed } = await rawExchange(server.port, [head, chunk, chunk, chunk], 7000, 50);
       const responses = parseResponses(data);
       assert.equal(responses.length, 1, data);
       assertRawError(responses[0], 413, 'PayloadTooLarge', 'chunked');
@@ -939,8 +942,8 @@ describe('pipelined writes with COMMIT_MODE=sync', () => {
   });
 
   test('a 413 in sync mode still closes the connection and the server goes on', async () => {
-    const head = rawRequest('POST', '/msv_cevt', { headers: { 'content-type': 'application/json', 'content-length': String(BODY_LIMIT + 1) } });
-    const { data, closed } = await rawExchange(server.port, [head], 2000);
+    const over = rawRequest('POST', '/msv_cevt', { headers: { 'content-type': 'application/json' }, body: ' '.repeat(BODY_LIMIT + 1) });
+    const { data, closed } = await rawExchange(server.port, [over], 2000);
     const responses = parseResponses(data);
     assert.equal(responses.length, 1, data);
     assertRawError(responses[0], 413, 'PayloadTooLarge', 'sync 413');

@@ -32,6 +32,8 @@ export interface Settings {
   deliveryLingerMs: number;
   idempotencyWindowSeconds: number;
   idempotencyMaxKeys: number;
+  rateLimitPerSecond: number;
+  rateLimitBurst: number;
   logLevel: string;
 }
 
@@ -86,7 +88,9 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'deliveryLingerMs', env: 'DELIVERY_LINGER_MS', flag: '--delivery-linger-ms', kind: 'integer', defaultValue: 20, min: 0, max: 10_000, description: 'with less than a full batch ready, a sink waits this long for more records (fewer, bigger batches; 0: deliver at once)' },
   { key: 'idempotencyWindowSeconds', env: 'IDEMPOTENCY_WINDOW_SECONDS', flag: '--idempotency-window-seconds', kind: 'integer', defaultValue: 86_400, min: 1, max: 90 * 86_400, description: 'how long an Idempotency-Key is remembered (a retry after that is a new write)' },
   { key: 'idempotencyMaxKeys', env: 'IDEMPOTENCY_MAX_KEYS', flag: '--idempotency-max-keys', kind: 'integer', defaultValue: 5_000_000, min: 0, max: 200_000_000, description: 'most Idempotency-Keys remembered, about 40 bytes each; when full the oldest are forgotten first (0: none)' },
-  { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout)' },
+  { key: 'rateLimitPerSecond', env: 'RATE_LIMIT_PER_SECOND', flag: '--rate-limit-per-second', kind: 'integer', defaultValue: 0, min: 0, max: 10_000_000, description: 'requests a second each service key may make (a token bucket); over it, 429 RateLimitError with Retry-After (0: no limit)' },
+  { key: 'rateLimitBurst', env: 'RATE_LIMIT_BURST', flag: '--rate-limit-burst', kind: 'integer', defaultValue: 0, min: 0, max: 100_000_000, description: 'requests a key may make at once beyond its rate, the bucket size (0: as many as RATE_LIMIT_PER_SECOND)' },
+  { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout; debug adds one line per request)' },
 ];
 
 export class SettingsError extends Error {}

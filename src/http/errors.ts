@@ -17,6 +17,7 @@ export const ERRORS = {
   authentication: spec('AuthenticationError', 401, 'Unauthorized', 'missing or invalid x-service-key'),
   notFound: spec('NotFoundError', 404, 'Not Found', 'no such endpoint'),
   methodNotAllowed: spec('MethodNotAllowedError', 405, 'Method Not Allowed', 'method not allowed on this endpoint'),
+  rateLimit: spec('RateLimitError', 429, 'Too Many Requests', 'too many requests for this key; retry after the number of seconds in Retry-After'),
   payloadTooLarge: spec('PayloadTooLargeError', 413, 'Payload Too Large', 'request body is larger than the limit of this endpoint'),
   unsupportedMediaType: spec('UnsupportedMediaTypeError', 415, 'Unsupported Media Type', 'content-type must be application/json, text/plain or absent; content-encoding gzip or identity'),
   internal: spec('InternalError', 500, 'Internal Server Error', 'internal error'),

@@ -7,9 +7,11 @@ import type { Reply } from '../actors/intake.ts';
 import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
 import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
+import { BodyTooDeepError } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { RouteMetrics } from '../telemetry/metrics.ts';
 import { inflateBody, parseJsonObject, type Encoding } from './body.ts';
+import { Drain } from './drain.ts';
 import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import { OK, send, UNPROCESSABLE, type SendOptions } from './respond.ts';
 
@@ -44,6 +46,8 @@ export interface WriteRoute {
 
 export interface RequestEnvironment {
   log: Logger;
+  /** Debug level: one log line per request (id, route, status, time). */
+  logRequests: boolean;
   /** Non-null once a journal commit failed: every write then gets 503 until restart. */
   journalFailure(): Error | null;
   /** Requests started and not yet answered or aborted (graceful stop waits for 0). */
@@ -64,11 +68,15 @@ export class PendingRequest implements Reply {
   readonly encoding: Encoding;
   /** The Idempotency-Key, or null; its fingerprint is set once the body is decoded. */
   readonly idempotency: IdempotencyClaim | null;
+  /** x-request-id: on the answer and on every log line about the request. */
+  readonly requestId: string;
   private readonly env: RequestEnvironment;
   private aborted = false;
   private done = false;
   private received = 0;
   private chunks: Buffer[] | null = null;
+  /** Set once the body grew past the limit: the rest is read and thrown away, then 413. */
+  private drain: Drain | null = null;
   private replyCode = 200;
   private replyStatus = OK;
   private replyBody = '';
@@ -83,7 +91,8 @@ export class PendingRequest implements Reply {
     limitBytes: number,
     encoding: Encoding,
     env: RequestEnvironment,
-    idempotency: IdempotencyClaim | null = null,
+    idempotency: IdempotencyClaim | null,
+    requestId: string,
   ) {
     this.res = res;
     this.route = route;
@@ -95,6 +104,7 @@ export class PendingRequest implements Reply {
     this.encoding = encoding;
     this.env = env;
     this.idempotency = idempotency;
+    this.requestId = requestId;
   }
 
   /** Called from the uWS route handler. */
@@ -110,6 +120,7 @@ export class PendingRequest implements Reply {
 
   private readonly onAborted = (): void => {
     this.aborted = true;
+    this.drain?.abort();
     // An aborted request is no longer waited for; its write (if dispatched) still commits.
     if (!this.done) this.leave();
   };
@@ -123,12 +134,14 @@ export class PendingRequest implements Reply {
   }
 
   private readonly onData = (chunk: ArrayBuffer, isLast: boolean): void => {
+    if (this.drain !== null) return this.drain.data(chunk.byteLength, isLast);
     if (this.done) return;
     this.received += chunk.byteLength;
     if (this.received > this.limitBytes) {
-      // Stop reading: answer and close, the rest of the body is never read.
+      // Keep nothing more; read and throw away the rest (drain.ts), then 413 and close.
       this.chunks = null;
-      this.answerError(ERRORS.payloadTooLarge, undefined, { close: true });
+      this.drain = new Drain(this.limitBytes, () => this.answerError(ERRORS.payloadTooLarge, undefined, { close: true }));
+      this.drain.data(0, isLast);
       return;
     }
     if (!isLast) {
@@ -174,6 +187,7 @@ export class PendingRequest implements Reply {
     try {
       this.route.handle(this, body);
     } catch (error) {
+      if (error instanceof BodyTooDeepError) return this.malformed(error.message);
       this.crashed(error);
     }
   }
@@ -223,12 +237,12 @@ export class PendingRequest implements Reply {
   }
 
   crashed(error: unknown): void {
-    this.env.log.error({ err: error, route: this.route.name }, 'request failed');
+    this.env.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'request failed');
     this.answerError(ERRORS.internal);
   }
 
   failed(error: Error): void {
-    this.env.log.error({ err: error, route: this.route.name }, 'journal commit failed; answering 503');
+    this.env.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'journal commit failed; answering 503');
     this.answerError(ERRORS.serviceUnavailable);
   }
 
@@ -240,8 +254,9 @@ export class PendingRequest implements Reply {
     if (this.done) return;
     this.done = true;
     this.route.metrics.observe(code, this.startedAt);
+    if (this.env.logRequests) this.env.log.debug({ reqId: this.requestId, route: this.route.name, status: code, ms: performance.now() - this.startedAt, aborted: this.aborted }, 'request');
     if (this.aborted) return;
-    send(this.res, statusLine, body, options);
+    send(this.res, this.requestId, statusLine, body, options);
     this.leave();
   }
 }

@@ -1,6 +1,8 @@
 // Every response goes out through `send`, inside res.cork(), so status line, headers and body
-// leave in one write. The corked writer reads module-level slots instead of a fresh closure per
-// response (cork runs its callback synchronously, so the slots cannot be overwritten meanwhile).
+// leave in one write. Every response carries x-request-id (CONTRACT.md §9) and at most one more
+// header (allow, retry-after, idempotent-replayed). The corked writer reads module-level slots
+// instead of a fresh closure per response (cork runs its callback synchronously, so the slots
+// cannot be overwritten meanwhile).
 import type { HttpResponse } from 'uWebSockets.js';
 import { errorBody, type ErrorSpec } from './errors.ts';
 
@@ -11,6 +13,7 @@ let slotStatus = '';
 let slotType = JSON_TYPE;
 let slotBody = '';
 let slotClose = false;
+let slotRequestId = '';
 let slotHeader: string | null = null;
 let slotHeaderValue = '';
 
@@ -18,6 +21,7 @@ function writeCorked(): void {
   const res = slotRes!;
   res.writeStatus(slotStatus);
   res.writeHeader('content-type', slotType);
+  res.writeHeader('x-request-id', slotRequestId);
   if (slotHeader !== null) res.writeHeader(slotHeader, slotHeaderValue);
   res.end(slotBody, slotClose);
 }
@@ -28,10 +32,11 @@ export interface SendOptions {
   header?: readonly [string, string];
 }
 
-export function send(res: HttpResponse, statusLine: string, body: string, options?: SendOptions): void {
+export function send(res: HttpResponse, requestId: string, statusLine: string, body: string, options?: SendOptions): void {
   slotRes = res;
   slotStatus = statusLine;
   slotBody = body;
+  slotRequestId = requestId;
   slotClose = options?.close ?? false;
   slotType = options?.contentType ?? JSON_TYPE;
   slotHeader = options?.header?.[0] ?? null;
@@ -43,8 +48,8 @@ export function send(res: HttpResponse, statusLine: string, body: string, option
   }
 }
 
-export function sendError(res: HttpResponse, error: ErrorSpec, message?: string, options?: SendOptions): void {
-  send(res, error.statusLine, errorBody(error, message), options);
+export function sendError(res: HttpResponse, requestId: string, error: ErrorSpec, message?: string, options?: SendOptions): void {
+  send(res, requestId, error.statusLine, errorBody(error, message), options);
 }
 
 export const OK = '200 OK';

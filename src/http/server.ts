@@ -10,9 +10,12 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { acceptsContentType, bodyEncoding } from './body.ts';
+import { Drain } from './drain.ts';
+import type { RateLimits } from './rate-limits.ts';
+import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
 import { PendingRequest, type RequestEnvironment, type WriteRoute } from './pending-request.ts';
-import { OK, send, sendError } from './respond.ts';
+import { OK, send, sendError, type SendOptions } from './respond.ts';
 
 export interface ServerDependencies {
   settings: Settings;
@@ -22,6 +25,7 @@ export interface ServerDependencies {
   metrics: Metrics;
   log: Logger;
   openApiJson: string;
+  rateLimits: RateLimits;
   /** The journal's failure, once a commit failed (writes then get 503 until restart). */
   journalFailure(): Error | null;
 }
@@ -50,52 +54,67 @@ function decodeParam(raw: string): string | null {
 }
 
 /** An answer decided from the request head alone (the body, if any, is never read). */
-function refuseEarly(route: WriteRoute, res: HttpResponse, startedAt: number, error: ErrorSpec, message?: string, close = false): void {
+function refuseEarly(env: RequestEnvironment, route: WriteRoute, res: HttpResponse, requestId: string, startedAt: number, error: ErrorSpec, message?: string, options: SendOptions = {}): void {
   route.metrics.observe(error.status, startedAt);
-  sendError(res, error, message, { close });
+  if (env.logRequests) env.log.debug({ reqId: requestId, route: route.name, status: error.status, ms: performance.now() - startedAt }, 'request');
+  sendError(res, requestId, error, message, options);
 }
+
+const CLOSE: SendOptions = { close: true };
 
 const SHUTTING_DOWN = 'the server is shutting down';
 
 export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
-  const env: RequestEnvironment = { log, journalFailure: deps.journalFailure, inFlight: 0, onIdle: null };
+  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), journalFailure: deps.journalFailure, inFlight: 0, onIdle: null };
+  const rateLimits = deps.rateLimits;
   let stopping = false;
 
   const handleWrite = (route: WriteRoute, res: HttpResponse, req: HttpRequest): void => {
     const startedAt = performance.now();
-    if (stopping) return refuseEarly(route, res, startedAt, ERRORS.serviceUnavailable, SHUTTING_DOWN, true);
+    const requestId = requestIdFor(req.getHeader('x-request-id'));
+    if (stopping) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.serviceUnavailable, SHUTTING_DOWN, CLOSE);
     let param = '';
     if (route.hasParam) {
       const decoded = decodeParam(req.getParameter(0));
-      if (decoded === null) return refuseEarly(route, res, startedAt, ERRORS.notFound, 'malformed percent-encoding in the path');
+      if (decoded === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.notFound, 'malformed percent-encoding in the path');
       param = decoded;
     }
-    const workspaceName = auth.workspaceOf(req.getHeader('x-service-key'));
-    if (workspaceName === null) return refuseEarly(route, res, startedAt, ERRORS.authentication);
-    // Idempotency-Key, right after the key: a malformed one is refused before the body is read.
-    // (uWS cannot tell an empty header from none: both mean "no key".)
+    const serviceKey = req.getHeader('x-service-key');
+    const workspaceName = auth.workspaceOf(serviceKey);
+    if (workspaceName === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.authentication);
+    // Right after the key: a limited request costs a lookup and a subtraction, nothing more.
+    if (rateLimits.enabled) {
+      const retryAfterSeconds = rateLimits.take(serviceKey, workspaceName, startedAt);
+      if (retryAfterSeconds > 0) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.rateLimit, undefined, { header: ['retry-after', String(retryAfterSeconds)] });
+    }
+    // Idempotency-Key: a malformed one is refused before the body is read. (uWS cannot tell an
+    // empty header from none: both mean "no key".)
     let claim: IdempotencyClaim | null = null;
     const idempotencyKey = req.getHeader('idempotency-key');
     if (idempotencyKey !== '') {
-      if (!validIdempotencyKey(idempotencyKey)) return refuseEarly(route, res, startedAt, ERRORS.idempotencyKey);
+      if (!validIdempotencyKey(idempotencyKey)) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.idempotencyKey);
       claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? route.pattern.replace(':id', param) : route.pattern, idempotencyKey);
     }
     let limitBytes = 0;
     let encoding: 'identity' | 'gzip' = 'identity';
     if (route.limit !== 'none') {
-      if (!acceptsContentType(req.getHeader('content-type'))) return refuseEarly(route, res, startedAt, ERRORS.unsupportedMediaType);
+      if (!acceptsContentType(req.getHeader('content-type'))) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       const found = bodyEncoding(req.getHeader('content-encoding'));
-      if (found === null) return refuseEarly(route, res, startedAt, ERRORS.unsupportedMediaType);
+      if (found === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       encoding = found;
       limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : settings.bodyLimitBytes;
       const declared = req.getHeader('content-length');
       if (declared !== '' && Number(declared) > limitBytes) {
-        return refuseEarly(route, res, startedAt, ERRORS.payloadTooLarge, undefined, true);
+        // Refused from the head, answered once the body is drained (drain.ts).
+        const drain = new Drain(limitBytes, () => refuseEarly(env, route, res, requestId, startedAt, ERRORS.payloadTooLarge, undefined, CLOSE));
+        res.onAborted(() => drain.abort());
+        res.onData((chunk, isLast) => drain.data(chunk.byteLength, isLast));
+        return;
       }
     }
-    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim);
+    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim, requestId);
     request.start();
   };
 
@@ -109,26 +128,28 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     allowed.set(route.pattern, methods);
   }
 
-  app.get('/healthz', (res) => send(res, OK, '{"status":"ok"}'));
-  app.get('/readyz', (res) => {
+  const idOf = (req: HttpRequest): string => requestIdFor(req.getHeader('x-request-id'));
+  app.get('/healthz', (res, req) => send(res, idOf(req), OK, '{"status":"ok"}'));
+  app.get('/readyz', (res, req) => {
     const failure = deps.journalFailure();
-    if (stopping) sendError(res, ERRORS.serviceUnavailable, SHUTTING_DOWN);
-    else if (failure !== null) sendError(res, ERRORS.serviceUnavailable, `journal failed: ${failure.message}`);
-    else send(res, OK, '{"status":"ready"}');
+    if (stopping) sendError(res, idOf(req), ERRORS.serviceUnavailable, SHUTTING_DOWN);
+    else if (failure !== null) sendError(res, idOf(req), ERRORS.serviceUnavailable, `journal failed: ${failure.message}`);
+    else send(res, idOf(req), OK, '{"status":"ready"}');
   });
-  app.get('/openapi.json', (res) => send(res, OK, deps.openApiJson));
-  app.get('/metrics', (res) => {
+  app.get('/openapi.json', (res, req) => send(res, idOf(req), OK, deps.openApiJson));
+  app.get('/metrics', (res, req) => {
+    const requestId = idOf(req);
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
     });
     deps.metrics.registry.metrics().then(
       (text) => {
-        if (!aborted) send(res, OK, text, { contentType: deps.metrics.registry.contentType });
+        if (!aborted) send(res, requestId, OK, text, { contentType: deps.metrics.registry.contentType });
       },
       (error: unknown) => {
-        log.error({ err: error }, 'metrics failed');
-        if (!aborted) sendError(res, ERRORS.internal);
+        log.error({ err: error, reqId: requestId }, 'metrics failed');
+        if (!aborted) sendError(res, requestId, ERRORS.internal);
       },
     );
   });
@@ -137,9 +158,9 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   // A known path with another method: 405 with Allow. uWS prefers a method's own handler to any().
   for (const [pattern, methods] of allowed) {
     const allow = methods.join(', ');
-    app.any(pattern, (res) => sendError(res, ERRORS.methodNotAllowed, undefined, { header: ['allow', allow] }));
+    app.any(pattern, (res, req) => sendError(res, idOf(req), ERRORS.methodNotAllowed, undefined, { header: ['allow', allow] }));
   }
-  app.any('/*', (res) => sendError(res, ERRORS.notFound));
+  app.any('/*', (res, req) => sendError(res, idOf(req), ERRORS.notFound));
 
   return new Promise((resolve, reject) => {
     app.listen(settings.host, settings.port, (socket: us_listen_socket | false) => {

@@ -17,6 +17,33 @@ import {
 } from './endpoints.ts';
 import { toDetails } from './joi-errors.ts';
 
+/**
+ * How deep JSON may nest (the body object is level 1). No valid body nests more than 5 levels; a
+ * deeper one is refused before its 422 is built, because the details carry the offending values
+ * and writing a value nested 10,000 deep overflowed the stack (a 500).
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** A body nested deeper than MAX_JSON_DEPTH: it cannot be judged, and is answered 400. */
+export class BodyTooDeepError extends Error {
+  constructor() {
+    super(`request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+  }
+}
+
+/** True when `value` nests deeper than `limit` levels; iterative, stops as soon as it knows. */
+export function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth > limit) return true;
+    const children = Array.isArray(node) ? node : Object.values(node);
+    for (const child of children) if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
 /** Checks that JSON Schema cannot express; each appends details to `out`. */
 type ExtraCheck = (body: Record<string, unknown>, out: ValidationDetail[]) => void;
 
@@ -31,7 +58,11 @@ export class BodyValidator {
     this.extra = extra;
   }
 
-  /** null when valid, else the details (at most 100) for a 422. */
+  /**
+   * null when valid, else the details (at most 100) for a 422. Throws BodyTooDeepError for a
+   * body nested deeper than MAX_JSON_DEPTH (checked only once the body failed: valid bodies are
+   * shallow, so the check costs them nothing).
+   */
   validate(body: unknown): ValidationDetail[] | null {
     const valid = this.compiled.Check(body);
     const extraDetails: ValidationDetail[] = [];
@@ -39,6 +70,7 @@ export class BodyValidator {
       this.extra(body as Record<string, unknown>, extraDetails);
     }
     if (valid && extraDetails.length === 0) return null;
+    if (nestsDeeperThan(body, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
     return toDetails(this.schema, body, this.compiled.Errors(body), extraDetails, MAX_DETAILS);
   }
 }

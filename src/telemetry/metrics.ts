@@ -96,6 +96,20 @@ export class Metrics {
     return new RouteMetrics(this, name);
   }
 
+  /** Requests refused by a rate limit, per workspace (plain counts, read at scrape). */
+  watchRateLimits(limited: ReadonlyMap<string, number>): void {
+    new client.Counter({
+      name: 'intake_rate_limited_total',
+      help: 'requests answered 429 RateLimitError, by workspace',
+      labelNames: ['workspace'] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const [workspace, count] of limited) this.labels(workspace).inc(count);
+      },
+    });
+  }
+
   /** Idempotency-Key replays, conflicts, forgotten and held keys, read from plain counts at scrape. */
   watchRetries(counts: { replays: number; conflicts: number }, keys: { size: number; forgotten: number }): void {
     const counter = (name: string, help: string, read: () => number) =>

@@ -9,7 +9,7 @@ import { bodyFingerprint } from '../idempotency/claim.ts';
 import { distinctIds } from '../actors/mapping-ids.ts';
 import { packIds } from '../journal/packed-ids.ts';
 import { mappingBody } from '../schemas/endpoints.ts';
-import { BodyValidator } from '../schemas/validators.ts';
+import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
 import type { MappingTask, MappingTaskResult } from './mapping-result.ts';
 
 const validators = new Map<number, BodyValidator>();
@@ -52,7 +52,13 @@ export default function parseMapping(task: MappingTask): MappingTaskResult {
   checkHeapRoom(inflated.raw.length);
   const decoded = parseJsonObject(inflated.raw);
   if (!decoded.ok) return { kind: decoded.error, message: decoded.message };
-  const details = validatorFor(task.maxItems).validate(decoded.body);
+  let details: ReturnType<BodyValidator['validate']>;
+  try {
+    details = validatorFor(task.maxItems).validate(decoded.body);
+  } catch (error) {
+    if (error instanceof BodyTooDeepError) return { kind: 'malformed', message: error.message };
+    throw error;
+  }
   if (details !== null) return { kind: 'invalid', details };
   const { ids, firstIndex } = distinctIds(decoded.body.products as string[]);
   const lengths = new Uint16Array(ids.length);

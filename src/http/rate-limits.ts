@@ -1,0 +1,48 @@
+// Rate limits (CONTRACT.md §9): a token bucket per service key, RATE_LIMIT_PER_SECOND tokens a
+// second up to RATE_LIMIT_BURST, checked right after the key is known, so a limited request
+// costs a map lookup and a subtraction. Off while RATE_LIMIT_PER_SECOND is 0. Buckets exist only
+// for keys that authenticated, so their number is bounded by the keys there are.
+
+interface Bucket {
+  tokens: number;
+  /** performance.now() of the last refill. */
+  at: number;
+}
+
+export class RateLimits {
+  private readonly perMs: number;
+  private readonly burst: number;
+  private readonly buckets = new Map<string, Bucket>();
+  /** Requests refused per workspace since start (metrics fold these in at scrape time). */
+  readonly limited = new Map<string, number>();
+
+  constructor(perSecond: number, burst: number) {
+    this.perMs = perSecond / 1000;
+    this.burst = burst > 0 ? burst : Math.max(1, perSecond);
+  }
+
+  get enabled(): boolean {
+    return this.perMs > 0;
+  }
+
+  /**
+   * Takes a token for `key`; returns 0 when the request may go on, else the whole seconds
+   * (at least 1) until a token will be there, for Retry-After.
+   */
+  take(key: string, workspace: string, now: number): number {
+    let bucket = this.buckets.get(key);
+    if (bucket === undefined) {
+      bucket = { tokens: this.burst, at: now };
+      this.buckets.set(key, bucket);
+    } else {
+      bucket.tokens = Math.min(this.burst, bucket.tokens + (now - bucket.at) * this.perMs);
+      bucket.at = now;
+    }
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return 0;
+    }
+    this.limited.set(workspace, (this.limited.get(workspace) ?? 0) + 1);
+    return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perMs / 1000));
+  }
+}
