@@ -223,6 +223,43 @@ describe('Idempotency-Key across restarts', () => {
   });
 });
 
+describe('Idempotency-Key with the worker path and with retention', () => {
+  test('a mapping parsed in a worker (gzip): replayed when sent again gzip or plain, refused with another body', async () => {
+    const { gzipSync } = await import('node:zlib');
+    const server = await start();
+    for (const id of ['w1', 'w2']) assert.equal((await server.post('/product', { id, name: 'n' })).status, 200);
+    assert.equal((await server.post('/collection', { id: 'wc', name: 'n' })).status, 200);
+    const body = JSON.stringify({ products: ['w1', 'w2'] });
+    const gzip = (text: string) => server.request('/collection/wc/products/add', undefined, { raw: gzipSync(text), headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', 'idempotency-key': 'worker-key' } });
+    const before = records(server);
+    const first = await gzip(body);
+    assert.equal(first.status, 200, first.text);
+    assert.equal((await gzip(body)).headers.get('idempotent-replayed'), 'true');
+    const plain = await server.request('/collection/wc/products/add', undefined, { raw: body, headers: { 'content-type': 'application/json', 'idempotency-key': 'worker-key' } });
+    assert.equal(plain.headers.get('idempotent-replayed'), 'true', 'the fingerprint is of the decoded body');
+    const other = await gzip(JSON.stringify({ products: ['w1'] }));
+    assert.equal(other.status, 422);
+    assert.equal(other.body.details[0].type, 'idempotency.reused');
+    assert.equal(records(server), before + 1);
+  });
+
+  test('retention keeps the record of a remembered launch: a replay after the trim still answers its did and sid', async () => {
+    const server = await start({ JOURNAL_RETENTION_SECONDS: '1', SNAPSHOT_INTERVAL_MS: '0' });
+    const body = { timestamp: T0, info: LAUNCH_INFO };
+    const first = await send(server, 'POST', '/mcrs_appl_v1', body, 'kept-launch');
+    for (let i = 0; i < 5; i++) await server.post('/product', { id: `r${i}`, name: 'n' });
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    server.child.kill('SIGUSR2');
+    await server.waitForLog((line) => line.includes('snapshot written'), 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const kept = exportLines<any>(server.dataDir, 'events');
+    assert.equal(kept[0].seq, 1, 'the launch record is still in the journal');
+    const replayed = await send(server, 'POST', '/mcrs_appl_v1', body, 'kept-launch');
+    assert.equal(replayed.status, 200, replayed.text);
+    assert.deepEqual(replayed.body, first.body);
+  });
+});
+
 describe('Idempotency-Key limits', () => {
   test('IDEMPOTENCY_MAX_KEYS: the oldest key is forgotten first, and a forgotten key is a new write', async () => {
     const server = await start({ IDEMPOTENCY_MAX_KEYS: '3' });

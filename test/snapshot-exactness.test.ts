@@ -4,7 +4,7 @@
 // almost every write hits an entity the walk has not reached: copy-on-write, deletes, creations);
 // each finished snapshot, loaded, must equal a plain replay of the journal up to its P. Some
 // writes carry Idempotency-Keys (retries, conflicts, new keys) into a table of only 32 keys, so
-// its ring wraps, evicts and grows while snapshots are written: the remembered keys are state too.
+// its ring wraps and evicts while snapshots are written: the remembered keys are state too.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
@@ -25,7 +25,7 @@ import { LAUNCH_INFO, T0, tempDataDir } from './helpers/server.ts';
 
 
 const ignore: Reply = { succeed() {}, reject() {}, committed() {}, failed() {}, crashed(error) { throw error; }, idempotency: null, replay() {} };
-/** Small, so that keys are evicted and the ring wraps and grows during snapshots. */
+/** Small, so that keys are evicted and the ring wraps during snapshots. */
 const KEYS_HELD = 32;
 /** The workload's timestamps are years old: a window that still holds them. */
 const KEYS_WINDOW_SECONDS = 100 * 365 * 86_400;

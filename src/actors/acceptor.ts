@@ -73,10 +73,22 @@ export class Acceptor {
       this.refuse([detail.idempotencyReused(claim.key)], reply);
       return true;
     }
-    this.retries.replays++;
     const seq = this.keys.seqOf(n);
+    if (seq > this.journal.durableSeq) {
+      // The first write is not durable yet: wait for it. If the journal failed, it never will be
+      // (found by review: a duplicate queued behind a mapping got a 200 for a lost write).
+      const failure = this.journal.failed;
+      if (failure !== null) {
+        reply.failed(failure);
+        return true;
+      }
+      this.retries.replays++;
+      reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
+      if (!this.journal.afterPending(reply)) reply.failed(new Error(`journal record ${seq} is neither durable nor pending`));
+      return true;
+    }
+    this.retries.replays++;
     reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
-    if (seq > this.journal.durableSeq && this.journal.afterPending(reply)) return true;
     reply.committed();
     return true;
   }

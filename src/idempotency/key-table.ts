@@ -7,25 +7,34 @@
 // most one half: about 40 bytes per remembered key in all, nothing per request without a key.
 //
 // Limits: at most `maxKeys` entries (the oldest are forgotten first) and `windowSeconds` of age
-// (older entries are swept out each second). The ring and the index start small and double as
-// keys arrive (a doubling rebuilds the index: about 20 ms per million keys, once per doubling).
+// (older entries are swept out each second). The ring is allocated once, at `maxKeys` entries:
+// the kernel backs its pages only as they are written (160 MB of address space at the default
+// 5,000,000 keys, 0.3 MB of memory until used), so it never moves. The index is 256 segments
+// that each double when half full: a doubling rehashes a 256th of the keys (a doubling of one
+// index of millions of keys held the event loop for up to half a second).
 //
 // Entries are numbered in insertion order (which is journal order); entry n lives at position
-// n % capacity. A snapshot (snapshot-writer.ts) writes the entries it found at its start in
-// slices; an insert that would overwrite one it has not written yet, or a doubling that would
-// move it, makes it write them first (copy-on-write, as for the other state).
+// n % maxKeys. A snapshot (snapshot-writer.ts) writes the entries it found at its start in
+// slices; an insert that would overwrite one it has not written yet makes it write a slice
+// first (copy-on-write, as for the other state).
 
 /** Bytes of one entry: 6 × u32 (scope ×3, fingerprint ×2, second) + f64 seq. */
 export const ENTRY_BYTES = 32;
 /** Bytes a journal record carries: the scope hash (12) and the fingerprint (8). */
 export const RECORD_BYTES = 20;
-const INITIAL_CAPACITY = 1 << 12;
+/** Index segments (by the scope hash's second word); each grows on its own. */
+const SEGMENTS = 256;
+const SEGMENT_INITIAL_SLOTS = 16;
 
-/** A request's identity in the table: scope hash words and fingerprint words. */
-export interface KeyHash {
+/** A key's scope: the hash of workspace, method, path and key, as three words. */
+export interface Scope {
   readonly h0: number;
   readonly h1: number;
   readonly h2: number;
+}
+
+/** A request's identity in the table: its scope and its body's fingerprint words. */
+export interface KeyHash extends Scope {
   readonly f0: number;
   readonly f1: number;
 }
@@ -40,7 +49,15 @@ export function keyHashOf(bytes: Uint8Array): KeyHash {
 interface SnapshotSink {
   frontier: number;
   readonly end: number;
+  readonly sliceEntries: number;
   readonly capture: (entries: Uint8Array) => void;
+}
+
+/** One segment of the index: slots hold position + 1 of an entry, 0 when empty. */
+interface Segment {
+  slots: Uint32Array;
+  mask: number;
+  live: number;
 }
 
 export class KeyTable {
@@ -48,17 +65,14 @@ export class KeyTable {
   readonly windowSeconds: number;
   /** Keys that left the table (window or limit) while still the latest for their scope. */
   forgotten = 0;
-  private capacity = 0;
-  private h0 = new Uint32Array(0);
-  private h1 = new Uint32Array(0);
-  private h2 = new Uint32Array(0);
-  private f0 = new Uint32Array(0);
-  private f1 = new Uint32Array(0);
-  private second = new Uint32Array(0);
-  private seq = new Float64Array(0);
-  /** position + 1 of the entry holding a scope; 0: empty. Size a power of two. */
-  private index = new Uint32Array(0);
-  private mask = 0;
+  private readonly h0: Uint32Array;
+  private readonly h1: Uint32Array;
+  private readonly h2: Uint32Array;
+  private readonly f0: Uint32Array;
+  private readonly f1: Uint32Array;
+  private readonly second: Uint32Array;
+  private readonly seq: Float64Array;
+  private readonly segments: Segment[] = [];
   /** Entry numbers: the ring holds [tail, head). */
   private tail = 0;
   private head = 0;
@@ -69,7 +83,14 @@ export class KeyTable {
   constructor(maxKeys: number, windowSeconds: number) {
     this.maxKeys = maxKeys;
     this.windowSeconds = windowSeconds;
-    this.resize(Math.min(INITIAL_CAPACITY, Math.max(1, maxKeys)));
+    this.h0 = new Uint32Array(maxKeys);
+    this.h1 = new Uint32Array(maxKeys);
+    this.h2 = new Uint32Array(maxKeys);
+    this.f0 = new Uint32Array(maxKeys);
+    this.f1 = new Uint32Array(maxKeys);
+    this.second = new Uint32Array(maxKeys);
+    this.seq = new Float64Array(maxKeys);
+    for (let i = 0; i < SEGMENTS; i++) this.segments.push({ slots: new Uint32Array(SEGMENT_INITIAL_SLOTS), mask: SEGMENT_INITIAL_SLOTS - 1, live: 0 });
   }
 
   /** Keys held (one per scope). */
@@ -82,19 +103,20 @@ export class KeyTable {
    * launch is answered from its record).
    */
   oldestSeq(): number | null {
-    return this.head > this.tail ? this.seq[this.tail % this.capacity]! : null;
+    return this.head > this.tail ? this.seq[this.tail % this.maxKeys]! : null;
   }
 
   /**
    * The entry number of `key`'s scope, or -1 when unknown. An entry past the window at `nowSeconds`
    * is forgotten here (a forgotten key is a new key).
    */
-  find(key: KeyHash, nowSeconds: number): number {
-    const slot = this.slotOfScope(key);
+  find(key: Scope, nowSeconds: number): number {
+    const segment = this.segments[key.h1 & (SEGMENTS - 1)]!;
+    const slot = this.slotOfScope(segment, key);
     if (slot < 0) return -1;
-    const position = this.index[slot]! - 1;
+    const position = segment.slots[slot]! - 1;
     if (this.second[position]! + this.windowSeconds < nowSeconds) {
-      this.deleteSlot(slot);
+      this.deleteSlot(segment, slot);
       this.forgotten++;
       return -1;
     }
@@ -103,13 +125,13 @@ export class KeyTable {
 
   /** True when entry `n` was made by a request with this body fingerprint. */
   sameRequest(n: number, key: KeyHash): boolean {
-    const p = n % this.capacity;
+    const p = n % this.maxKeys;
     return this.f0[p] === key.f0 && this.f1[p] === key.f1;
   }
 
   /** The journal seq of entry `n`. */
   seqOf(n: number): number {
-    return this.seq[n % this.capacity]!;
+    return this.seq[n % this.maxKeys]!;
   }
 
   /** Remembers `key` as answered by journal record `seq`, accepted at `atMs`. */
@@ -120,7 +142,7 @@ export class KeyTable {
   /** Forgets entries older than the window, oldest first, at most `max`; returns how many went. */
   expire(nowSeconds: number, max: number): number {
     let n = 0;
-    while (n < max && this.head > this.tail && this.second[this.tail % this.capacity]! + this.windowSeconds < nowSeconds) {
+    while (n < max && this.head > this.tail && this.second[this.tail % this.maxKeys]! + this.windowSeconds < nowSeconds) {
       this.evictOldest();
       n++;
     }
@@ -143,25 +165,30 @@ export class KeyTable {
 
   /** Every key held (the latest entry of each scope), in index order. */
   *held(): Generator<{ h0: number; h1: number; h2: number; f0: number; f1: number; second: number; seq: number }> {
-    for (const at of this.index) {
-      if (at === 0) continue;
-      const p = at - 1;
-      yield { h0: this.h0[p]!, h1: this.h1[p]!, h2: this.h2[p]!, f0: this.f0[p]!, f1: this.f1[p]!, second: this.second[p]!, seq: this.seq[p]! };
+    for (const segment of this.segments) {
+      for (const at of segment.slots) {
+        if (at === 0) continue;
+        const p = at - 1;
+        yield { h0: this.h0[p]!, h1: this.h1[p]!, h2: this.h2[p]!, f0: this.f0[p]!, f1: this.f1[p]!, second: this.second[p]!, seq: this.seq[p]! };
+      }
     }
   }
 
   // ---- snapshots
 
-  /** A snapshot starts: it will write the entries held now, through `capture`, in slices. */
-  beginSnapshot(capture: (entries: Uint8Array) => void): void {
-    this.snapshot = { frontier: this.tail, end: this.head, capture };
+  /**
+   * A snapshot starts: it will write the entries held now, through `capture`, in slices of at
+   * most `sliceEntries` (also when an insert makes it write early).
+   */
+  beginSnapshot(capture: (entries: Uint8Array) => void, sliceEntries: number): void {
+    this.snapshot = { frontier: this.tail, end: this.head, sliceEntries, capture };
   }
 
-  /** Writes the snapshot's next slice of at most `max` entries; false when it has them all. */
-  snapshotSlice(max: number): boolean {
+  /** Writes the snapshot's next slice; false once it has them all. */
+  snapshotSlice(): boolean {
     const s = this.snapshot;
     if (s === null || s.frontier >= s.end) return false;
-    this.captureUpTo(Math.min(s.end, s.frontier + max));
+    this.captureUpTo(Math.min(s.end, s.frontier + s.sliceEntries));
     return s.frontier < s.end;
   }
 
@@ -177,7 +204,7 @@ export class KeyTable {
     const words = new Uint32Array(out.buffer);
     const seqs = new Float64Array(out.buffer);
     for (let n = s.frontier, i = 0; n < to; n++, i++) {
-      const p = n % this.capacity;
+      const p = n % this.maxKeys;
       const w = i * 8;
       words[w] = this.h0[p]!;
       words[w + 1] = this.h1[p]!;
@@ -196,12 +223,13 @@ export class KeyTable {
   private insert(h0: number, h1: number, h2: number, f0: number, f1: number, second: number, seq: number): void {
     if (this.maxKeys === 0) return;
     if (this.head - this.tail >= this.maxKeys) this.evictOldest();
-    if (this.head - this.tail >= this.capacity) this.resize(Math.min(this.capacity * 2, this.maxKeys));
     const n = this.head++;
-    const p = n % this.capacity;
-    // Entry n - capacity lived here: a running snapshot that still needs it writes it first.
+    const p = n % this.maxKeys;
+    // Entry n - maxKeys lived here: a running snapshot that still needs it writes a slice from
+    // its frontier first (a whole slice, not one entry: a chunk per insert would be wasteful).
     const s = this.snapshot;
-    if (s !== null && n - this.capacity >= s.frontier && n - this.capacity < s.end) this.captureUpTo(n - this.capacity + 1);
+    const old = n - this.maxKeys;
+    if (s !== null && old >= s.frontier && old < s.end) this.captureUpTo(Math.min(s.end, Math.max(old + 1, s.frontier + s.sliceEntries)));
     this.h0[p] = h0;
     this.h1[p] = h1;
     this.h2[p] = h2;
@@ -209,28 +237,32 @@ export class KeyTable {
     this.f1[p] = f1;
     this.second[p] = second;
     this.seq[p] = seq;
-    let slot = h0 & this.mask;
+    const segment = this.segments[h1 & (SEGMENTS - 1)]!;
+    let slot = h0 & segment.mask;
     for (;;) {
-      const at = this.index[slot]!;
+      const at = segment.slots[slot]!;
       if (at === 0) {
-        this.index[slot] = p + 1;
+        segment.slots[slot] = p + 1;
+        segment.live++;
         this.live++;
+        if (segment.live * 2 > segment.slots.length) this.grow(segment);
         return;
       }
       const q = at - 1;
       if (this.h0[q] === h0 && this.h1[q] === h1 && this.h2[q] === h2) {
-        this.index[slot] = p + 1; // the scope's newer entry; the older one stays in the ring, unindexed
+        segment.slots[slot] = p + 1; // the scope's newer entry; the older one stays in the ring, unindexed
         return;
       }
-      slot = (slot + 1) & this.mask;
+      slot = (slot + 1) & segment.mask;
     }
   }
 
   private evictOldest(): void {
-    const p = this.tail % this.capacity;
-    const slot = this.slotOfPosition(p);
+    const p = this.tail % this.maxKeys;
+    const segment = this.segments[this.h1[p]! & (SEGMENTS - 1)]!;
+    const slot = this.slotOfPosition(segment, p);
     if (slot >= 0) {
-      this.deleteSlot(slot);
+      this.deleteSlot(segment, slot);
       this.forgotten++;
     }
     this.tail++;
@@ -238,91 +270,64 @@ export class KeyTable {
 
   /** The entry number of the entry at position `p` (between tail and head). */
   private numberAt(p: number): number {
-    const base = this.tail - (this.tail % this.capacity);
+    const base = this.tail - (this.tail % this.maxKeys);
     const n = base + p;
-    return n < this.tail ? n + this.capacity : n;
+    return n < this.tail ? n + this.maxKeys : n;
   }
 
-  private slotOfScope(key: KeyHash): number {
-    let slot = key.h0 & this.mask;
+  private slotOfScope(segment: Segment, key: Scope): number {
+    let slot = key.h0 & segment.mask;
     for (;;) {
-      const at = this.index[slot]!;
+      const at = segment.slots[slot]!;
       if (at === 0) return -1;
       const q = at - 1;
       if (this.h0[q] === key.h0 && this.h1[q] === key.h1 && this.h2[q] === key.h2) return slot;
-      slot = (slot + 1) & this.mask;
+      slot = (slot + 1) & segment.mask;
     }
   }
 
-  private slotOfPosition(p: number): number {
-    let slot = this.h0[p]! & this.mask;
+  private slotOfPosition(segment: Segment, p: number): number {
+    let slot = this.h0[p]! & segment.mask;
     for (;;) {
-      const at = this.index[slot]!;
+      const at = segment.slots[slot]!;
       if (at === 0) return -1;
       if (at === p + 1) return slot;
-      slot = (slot + 1) & this.mask;
+      slot = (slot + 1) & segment.mask;
     }
   }
 
   /** Linear probing's backward-shift deletion: no tombstones, probes stay short. */
-  private deleteSlot(slot: number): void {
+  private deleteSlot(segment: Segment, slot: number): void {
+    const { slots, mask } = segment;
     let hole = slot;
     let j = slot;
     for (;;) {
-      j = (j + 1) & this.mask;
-      const at = this.index[j]!;
+      j = (j + 1) & mask;
+      const at = slots[j]!;
       if (at === 0) break;
-      const home = this.h0[at - 1]! & this.mask;
+      const home = this.h0[at - 1]! & mask;
       // The entry at j may move into the hole unless its home lies cyclically in (hole, j].
       const stays = hole <= j ? home > hole && home <= j : home > hole || home <= j;
       if (!stays) {
-        this.index[hole] = at;
+        slots[hole] = at;
         hole = j;
       }
     }
-    this.index[hole] = 0;
+    slots[hole] = 0;
+    segment.live--;
     this.live--;
   }
 
-  /** A new ring of `capacity` entries (same entry numbers) and an index at most half full. */
-  private resize(capacity: number): void {
-    const s = this.snapshot;
-    // Entries a running snapshot still needs but the ring no longer holds live would not move.
-    if (s !== null && s.frontier < Math.min(this.tail, s.end)) this.captureUpTo(Math.min(this.tail, s.end));
-    const old = { h0: this.h0, h1: this.h1, h2: this.h2, f0: this.f0, f1: this.f1, second: this.second, seq: this.seq, index: this.index, capacity: this.capacity };
-    this.capacity = capacity;
-    this.h0 = new Uint32Array(capacity);
-    this.h1 = new Uint32Array(capacity);
-    this.h2 = new Uint32Array(capacity);
-    this.f0 = new Uint32Array(capacity);
-    this.f1 = new Uint32Array(capacity);
-    this.second = new Uint32Array(capacity);
-    this.seq = new Float64Array(capacity);
-    let slots = 1;
-    while (slots < capacity * 2) slots *= 2;
-    this.index = new Uint32Array(slots);
-    this.mask = slots - 1;
-    if (old.capacity === 0) return;
-    // Move every entry still indexed (zombies, replaced by a newer entry of their scope, go).
-    const indexed = new Uint8Array(old.capacity);
-    for (const at of old.index) if (at !== 0) indexed[at - 1] = 1;
-    this.live = 0;
-    for (let n = this.tail; n < this.head; n++) {
-      const from = n % old.capacity;
-      const to = n % capacity;
-      this.h0[to] = old.h0[from]!;
-      this.h1[to] = old.h1[from]!;
-      this.h2[to] = old.h2[from]!;
-      this.f0[to] = old.f0[from]!;
-      this.f1[to] = old.f1[from]!;
-      this.second[to] = old.second[from]!;
-      this.seq[to] = old.seq[from]!;
-      if (indexed[from] === 1) {
-        let slot = this.h0[to]! & this.mask;
-        while (this.index[slot] !== 0) slot = (slot + 1) & this.mask;
-        this.index[slot] = to + 1;
-        this.live++;
-      }
+  /** Doubles one segment's slots and puts its entries back. */
+  private grow(segment: Segment): void {
+    const old = segment.slots;
+    segment.slots = new Uint32Array(old.length * 2);
+    segment.mask = segment.slots.length - 1;
+    for (const at of old) {
+      if (at === 0) continue;
+      let slot = this.h0[at - 1]! & segment.mask;
+      while (segment.slots[slot] !== 0) slot = (slot + 1) & segment.mask;
+      segment.slots[slot] = at;
     }
   }
 }

@@ -61,6 +61,8 @@ export class Journal {
   /** The durable position last handed to LMDB (meta `durableSeq`). */
   private markerSeq = 0;
   private markerTimer: NodeJS.Timeout | null = null;
+  /** The batch recordAt() decoded last (batches never change once written). */
+  private lastRead: { key: number; records: JournalRecord[] } | null = null;
 
   constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}, maxInFlight = 2) {
     this.db = db;
@@ -297,9 +299,16 @@ export class Journal {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** The stored record of `seq`, or null (not written yet, or trimmed). */
+  /**
+   * The stored record of `seq`, or null (not written yet, or trimmed). A batch decodes whole (up
+   * to JOURNAL_MAX_BATCH_RECORDS records, ~3 ms at 8,192), so the last one decoded is kept:
+   * retries of one app launch, the reason this is called, read it once.
+   */
   recordAt(seq: number): JournalRecord | null {
+    const cached = this.lastRead;
+    if (cached !== null && seq >= cached.key && seq - cached.key < cached.records.length) return cached.records[seq - cached.key]!;
     for (const { key, value } of this.db.getRange({ start: seq, reverse: true, limit: 1 })) {
+      this.lastRead = { key, records: value };
       return seq - key < value.length ? value[seq - key]! : null;
     }
     return null;

@@ -175,7 +175,7 @@ export class SnapshotWriter {
     const running = new RunningSnapshot(this.store, meta, ++this.epoch);
     this.running = running;
     // The keys held now are those of the records up to P (a key is added with its record).
-    this.keys?.beginSnapshot((entries) => running.captureKeys(entries));
+    this.keys?.beginSnapshot((entries) => running.captureKeys(entries), KEY_SLICE_ENTRIES);
     this.log.info({ snapshot: meta.id, seq, reason }, 'snapshot started');
     const done = this.write(running, paced).then(
       (written) => {
@@ -227,8 +227,8 @@ export class SnapshotWriter {
       for (const collection of ws.catalog.collections.values()) if (visit(ws, collection)) await endSlice();
     }
     running.flushChunk();
-    // Then the keys, oldest first; inserts that would overwrite one not written yet write it first.
-    while (this.keys?.snapshotSlice(KEY_SLICE_ENTRIES) === true) await endSlice();
+    // Then the keys, oldest first; an insert that would overwrite one not written yet writes a slice first.
+    while (this.keys?.snapshotSlice() === true) await endSlice();
     await running.allWritten();
     // Every record up to P must be durable before the snapshot may stand in for them.
     await this.journal.whenDurable();
