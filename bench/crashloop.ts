@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { canonical, modelFromRecords } from '../test/helpers/model.ts';
 import { recordToken, runWorkload } from './lib/workload.ts';
-import { BENCH_KEY, ROOT, startIntake } from './lib/servers.ts';
+import { BENCH_KEY, ROOT, scriptCommand, startIntake } from './lib/servers.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +17,7 @@ const cycles = Number(process.argv[2] ?? 20);
 const clients = Number(process.argv[3] ?? 32);
 
 function exportAll(dataDir: string, what: string): any[] {
-  const out = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', what], {
+  const out = spawnSync(process.execPath, [...scriptCommand('export'), what], {
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dataDir },
     encoding: 'utf8',

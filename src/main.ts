@@ -1,11 +1,11 @@
 // Entry point: settings, LMDB, keys, recovery (snapshot + journal tail), then listen.
 // SIGTERM/SIGINT stop gracefully; SIGUSR2 takes a snapshot now.
-import { readFileSync } from 'node:fs';
 import { Intake } from './actors/intake.ts';
 import { Workspaces, type Workspace } from './actors/workspace.ts';
 import { Authenticator } from './auth/authenticator.ts';
 import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
 import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
+import { packageVersion } from './config/version.ts';
 import { Delivery } from './delivery/delivery.ts';
 import { KeyTable } from './idempotency/key-table.ts';
 import { RateLimits } from './http/rate-limits.ts';
@@ -68,7 +68,7 @@ async function main(): Promise<void> {
   const settings = readSettings();
   if (settings === null) return;
   const log = createLogger(settings.logLevel);
-  const version = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  const version = packageVersion();
   // A write past a file-size limit must fail as an I/O error (503), not kill the process.
   process.on('SIGXFSZ', () => log.error('file size limit reached (SIGXFSZ)'));
   // No request may end the process: a stray rejected promise is logged, and the journal's own

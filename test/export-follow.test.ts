@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { Journal } from '../src/journal/journal.ts';
 import type { JournalRecord } from '../src/journal/records.ts';
 import { openStore } from '../src/journal/store.ts';
-import { exportLines, KEY_B, launch, ROOT, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
+import { cliCommand, exportLines, KEY_B, launch, ROOT, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { until } from './helpers/wait.ts';
 
 interface Follower {
@@ -19,7 +19,7 @@ interface Follower {
 }
 
 function follow(dataDir: string, args: string[] = [], nodeFlags: string[] = [], onLine?: (line: string) => void): Follower {
-  const child = spawn(process.execPath, [...nodeFlags, '--import', 'tsx', 'src/cli/export.ts', 'events', '--follow', ...args], {
+  const child = spawn(process.execPath, [...cliCommand('export', nodeFlags), 'events', '--follow', ...args], {
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dataDir },
   });

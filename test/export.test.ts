@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { Journal } from '../src/journal/journal.ts';
 import type { JournalRecord } from '../src/journal/records.ts';
 import { openStore } from '../src/journal/store.ts';
-import { exportLines, launch, ROOT, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
+import { cliCommand, exportLines, launch, ROOT, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
 const EVENTS = 300_000;
 /** Far less than 300,000 records take as objects: the export must stream. */
@@ -29,7 +29,7 @@ function eventRecord(i: number): JournalRecord {
 /** Runs the export CLI with a capped heap and counts lines as they stream in. */
 function streamExport(dataDir: string, args: string[]): Promise<{ code: number | null; lines: number; first: any; last: any; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [`--max-old-space-size=${HEAP_LIMIT_MB}`, '--import', 'tsx', 'src/cli/export.ts', ...args], {
+    const child = spawn(process.execPath, [...cliCommand('export', [`--max-old-space-size=${HEAP_LIMIT_MB}`]), ...args], {
       cwd: ROOT,
       env: { ...process.env, DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],

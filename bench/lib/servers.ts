@@ -7,15 +7,23 @@ import { createInterface } from 'node:readline';
 
 export const ROOT = new URL('../..', import.meta.url).pathname;
 
+/** The node arguments of an npm script of ours that runs `node [flags] <file.js> [args]`. */
+export function scriptCommand(name: string): string[] {
+  const script = (JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts: Record<string, string> }).scripts[name];
+  if (script === undefined) throw new Error(`package.json has no script "${name}"`);
+  const words = script.split(/\s+/);
+  return words.slice(words.indexOf('node') + 1);
+}
+
 /**
- * The node arguments `npm start` runs the server with (package.json's start script), so that
- * benches and tests measure and test exactly what operators run.
+ * The node arguments `npm start` runs the server with (package.json's start script: the compiled
+ * build), so that benches and tests measure and test exactly what operators run. With `script`,
+ * the same node flags run another compiled file (a yardstick).
  */
-export function serverCommand(script = 'src/main.ts'): string[] {
-  const start = (JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts: { start: string } }).scripts.start;
-  const words = start.split(/\s+/);
-  const flags = words.slice(words.indexOf('node') + 1, words.indexOf('src/main.ts'));
-  return [...flags, script];
+export function serverCommand(script?: string): string[] {
+  const words = scriptCommand('start');
+  const main = words.findIndex((word) => word.endsWith('.js'));
+  return script === undefined ? words : [...words.slice(0, main), script];
 }
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
 
@@ -58,7 +66,7 @@ function waitForPort(
   });
 }
 
-async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataDir: string | null): Promise<RunningServer> {
+async function start(name: string, script: string | undefined, env: NodeJS.ProcessEnv, dataDir: string | null): Promise<RunningServer> {
   const child = spawn(process.execPath, serverCommand(script), {
     cwd: ROOT,
     env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: '0' },
@@ -91,15 +99,15 @@ async function start(name: string, script: string, env: NodeJS.ProcessEnv, dataD
 export function startIntake(extraEnv: NodeJS.ProcessEnv = {}, dataDir?: string): Promise<RunningServer> {
   const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'intake-bench-'));
   const env = { DATA_DIR: dir, SERVICE_KEYS: BENCH_KEY, LOG_LEVEL: 'info', ...extraEnv };
-  return start('intake', 'src/main.ts', env, dataDir === undefined ? dir : null);
+  return start('intake', undefined, env, dataDir === undefined ? dir : null);
 }
 
 export function startBareUws(): Promise<RunningServer> {
-  return start('bare-uws', 'bench/bare-uws.ts', {}, null);
+  return start('bare-uws', 'dist/bench/bare-uws.js', {}, null);
 }
 
 /** The bare server plus group-committed LMDB writes, one commit in flight (its own data directory). */
 export function startBareUwsLmdb(): Promise<RunningServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'bare-lmdb-'));
-  return start('bare-uws-lmdb', 'bench/bare-uws-lmdb.ts', { DATA_DIR: dataDir }, dataDir);
+  return start('bare-uws-lmdb', 'dist/bench/bare-uws-lmdb.js', { DATA_DIR: dataDir }, dataDir);
 }

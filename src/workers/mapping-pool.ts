@@ -4,6 +4,7 @@
 import { Piscina } from 'piscina';
 import type { Encoding } from '../http/body.ts';
 import type { MappingTask, MappingTaskResult } from './mapping-result.ts';
+import { moduleUrl } from './threads.ts';
 
 export interface MappingPoolSettings {
   mappingWorkers: number;
@@ -32,7 +33,7 @@ export class MappingPool {
       threads === 0
         ? null
         : new Piscina<MappingTask, MappingTaskResult>({
-            filename: new URL('./mapping-task.ts', import.meta.url).href,
+            filename: moduleUrl('./mapping-task', import.meta.url),
             minThreads: threads,
             maxThreads: threads,
             idleTimeout: Number.POSITIVE_INFINITY,

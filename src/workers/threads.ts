@@ -1,6 +1,7 @@
-// Starting a worker thread on one of our modules, whether we run as TypeScript (tsx) or as the
-// compiled JavaScript: the module's name takes the running code's own extension, and the thread
-// starts through thread-entry.cjs (see there why).
+// Starting a worker thread on one of our modules, whether we run as the compiled JavaScript
+// (`npm start`, the tests) or as TypeScript under tsx (development): the module's name takes the
+// running code's own extension, and under tsx the thread starts through thread-entry.cjs (see
+// there why); compiled modules are started directly.
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 const OWN_EXTENSION = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
@@ -11,7 +12,8 @@ export function moduleUrl(path: string, base: string): string {
   return new URL(path + OWN_EXTENSION, base).href;
 }
 
-/** Starts a thread running `entry` (a moduleUrl()); it reads `workerData.entry`. */
+/** Starts a thread running `entry` (a moduleUrl()). */
 export function startThread(entry: string, workerData: Record<string, unknown>, options: Omit<WorkerOptions, 'workerData'> = {}): Worker {
-  return new Worker(THREAD_ENTRY, { ...options, workerData: { ...workerData, entry } });
+  const data = { ...workerData, entry };
+  return OWN_EXTENSION === '.js' ? new Worker(new URL(entry), { ...options, workerData: data }) : new Worker(THREAD_ENTRY, { ...options, workerData: data });
 }

@@ -1,12 +1,13 @@
-// Starts the real server (src/main.ts) as a child process on an ephemeral port, with a real LMDB
-// in a temporary directory, and talks HTTP to it. Nothing of ours is mocked.
+// Starts the real server as `npm start` does (the compiled build, dist/src/main.js) as a child
+// process on an ephemeral port, with a real LMDB in a temporary directory, and talks HTTP to it.
+// Nothing of ours is mocked.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { serverCommand } from '../../bench/lib/servers.ts';
+import { scriptCommand, serverCommand } from '../../bench/lib/servers.ts';
 
 export const ROOT = new URL('../..', import.meta.url).pathname;
 export const KEY_A = 'test-key-workspace-a-0123456789';
@@ -159,9 +160,14 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   };
 }
 
+/** The node arguments of `npm run export` / `npm run keys` (the compiled CLI), with `nodeFlags` first. */
+export function cliCommand(script: 'export' | 'keys', nodeFlags: string[] = []): string[] {
+  return [...nodeFlags, ...scriptCommand(script)];
+}
+
 /** Runs an npm CLI script (export, keys) the way an operator does, against `dataDir`. */
 export function runCli(script: 'export' | 'keys', args: string[], dataDir: string): { status: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, ['--import', 'tsx', `src/cli/${script}.ts`, ...args], {
+  const result = spawnSync(process.execPath, [...cliCommand(script), ...args], {
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dataDir },
     encoding: 'utf8',
