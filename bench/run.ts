@@ -1,210 +1,215 @@
-// npm run bench: every write scenario at 50 and 256 connections against intake (as `npm start`
-// runs it, fresh data directory), and track events against two yardsticks started by this same
-// run: a bare uWebSockets.js server that only parses JSON, and that server plus group-committed
-// LMDB writes (one commit in flight). Prints one table and writes it to bench/results/<date>.md.
-// Track events, the figure the targets are about, are measured in interleaved rounds (bare,
-// bare + LMDB, intake, bare, ...) with all three servers up, and the medians reported: on a
-// small shared machine, back-to-back runs of one server drift by ±15%.
-//   npm run bench -- [seconds per run] [rounds]
+// npm run bench: server CPU time per request, for every write scenario, for intake (as `npm start`
+// runs it: the compiled build, fresh data directory) and for the bare uWebSockets.js + LMDB
+// yardstick in the same run, beside throughput and p99.
+//
+// - CPU per request: the server's utime + stime (all its threads, /proc/<pid>/stat) over a run,
+//   divided by the requests it answered, both servers at the same fixed rate (RATE/s, 64
+//   connections), in interleaved rounds (medians). At saturation a slower round answers fewer
+//   requests and every cost per event-loop turn then weighs more per request; on 2 cores shared
+//   with the load generator a ratio of throughputs measures the client as much as the server.
+// - Throughput and p99: 256 connections, autocannon (and wrk -t1 as a cross-check for track
+//   events when wrk is installed: one thread in C leaves the server more of the machine).
+// - Scenarios: the 200s of the targets, a mapping add of 100 ids, a track event with one schema
+//   violation (422) and with a wrong key (401): refused requests must be cheap, or invalid
+//   traffic is the cheapest way to load the server.
+//   npm run bench -- [seconds per run=10] [rounds=3] [ratePerSec=8000]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
 import { LAUNCH_BODY } from './lib/bodies.ts';
+import { cpuSeconds } from './lib/cpu.ts';
 import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
-import { BENCH_KEY, ROOT, startBareUws, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
+import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
+import { runWrk, wrkInstalled } from './lib/wrk.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
-const CONNECTIONS = [50, 256] as const;
-const PRODUCTS = 100_000;
-const COLLECTIONS = 1_000;
+const ratePerSec = Number(process.argv[4] ?? 8000);
+const RATE_CONNECTIONS = 64;
+const SATURATION_CONNECTIONS = 256;
+const PRODUCTS = 10_000;
+const COLLECTIONS = 100;
+/** Bodies built before a run and sent round robin (building them per request loads the client). */
+const POOL_SIZE = 4096;
 
 interface Scenario {
   name: string;
   /** Path and body of request number i. */
-  request: (i: number) => { path: string; body: string };
+  request: (i: number, did: (i: number) => string) => { path: string; body: string };
+  key?: string;
+  /** The yardstick does the same work for it (parse, journal, answer): compared with it. */
+  yardstick: boolean;
+  /** Its target: intake CPU ÷ yardstick CPU, or ÷ intake's 200 track event. */
+  target?: { ratio: number; of: 'yardstick' | 'track event' };
 }
 
-/**
- * Requests built before the run and sent round robin: building each body in autocannon's
- * setupRequest made the load generator (which shares the two cores) the bottleneck.
- */
-const POOL_SIZE = 4096;
+const TS = 1_700_000_000_000;
+const SCENARIOS: Scenario[] = [
+  {
+    name: 'track event',
+    request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }),
+    yardstick: true,
+    target: { ratio: 1.3, of: 'yardstick' },
+  },
+  { name: 'app launch (new device)', request: () => ({ path: '/mcrs_appl_v1', body: LAUNCH_BODY }), yardstick: true, target: { ratio: 1.6, of: 'yardstick' } },
+  {
+    name: 'identify',
+    request: (i, did) => ({ path: '/msv_cs_id', body: JSON.stringify({ did: did(i), clientCustomerId: `customer-${i % 10_000}`, timestamp: TS, info: [{ name: 'email', value: `user${i % 10_000}@example.com`, type: 'string' }, { name: 'plan', value: i % 2 === 0 ? 'pro' : 'free', type: 'string' }] }) }),
+    yardstick: true,
+    target: { ratio: 1.4, of: 'yardstick' },
+  },
+  {
+    name: 'push token',
+    request: (i, did) => ({ path: '/mpush_token', body: JSON.stringify({ did: did(i), type: i % 2 === 0 ? 'fcm' : 'apns', token: `token-${i}-${'x'.repeat(100)}`, timestamp: TS }) }),
+    yardstick: true,
+    target: { ratio: 1.4, of: 'yardstick' },
+  },
+  {
+    name: 'product upsert',
+    request: (i) => ({ path: '/product', body: JSON.stringify({ id: `p${i % PRODUCTS}`, name: `Product ${i}`, price: (i % 500) + 0.99, originalHigherPrice: (i % 500) + 5, status: i % 7 === 0 ? 'outOfStock' : 'inStock', url: `https://shop.example/p/${i}` }) }),
+    yardstick: true,
+    target: { ratio: 1.5, of: 'yardstick' },
+  },
+  {
+    name: 'mapping add (100 ids)',
+    request: (i) => {
+      const from = (i * 100) % PRODUCTS;
+      return { path: `/collection/c${i % COLLECTIONS}/products/add`, body: JSON.stringify({ products: Array.from({ length: 100 }, (_, k) => `p${(from + k) % PRODUCTS}`) }) };
+    },
+    yardstick: true,
+  },
+  {
+    name: 'track event, one schema violation (422)',
+    request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'x'.repeat(121), timestamp: TS + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }),
+    yardstick: false,
+    target: { ratio: 1.0, of: 'track event' },
+  },
+  {
+    name: 'track event, wrong key (401)',
+    request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }),
+    key: 'not-a-key-of-this-server-0123456789',
+    yardstick: false,
+    target: { ratio: 0.5, of: 'track event' },
+  },
+];
 
-function prebuilt(scenario: Scenario): (i: number) => { path: string; body: Buffer } {
-  const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
-    const { path, body } = scenario.request(i);
-    return { path, body: Buffer.from(body) };
-  });
-  return (i) => pool[i % POOL_SIZE]!;
-}
-
-interface Measured {
-  scenario: string;
-  server: string;
-  connections: number;
+interface Run {
+  requests: number;
   rps: number;
   p50: number;
   p99: number;
-  non2xx: number;
-  errors: number;
-  /** How many interleaved runs this row is the median of. */
-  runs: number;
+  /** Answers other than the expected status, and connection errors. */
+  unexpected: number;
+  cpuUsPerRequest: number;
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-
-/** One row from several runs of the same thing: median req/s and latencies, summed errors. */
-function medianOf(runs: Measured[]): Measured {
-  return {
-    ...runs[0]!,
-    rps: median(runs.map((r) => r.rps)),
-    p50: median(runs.map((r) => r.p50)),
-    p99: median(runs.map((r) => r.p99)),
-    non2xx: runs.reduce((n, r) => n + r.non2xx, 0),
-    errors: runs.reduce((n, r) => n + r.errors, 0),
-    runs: runs.length,
-  };
+function expectedStatus(scenario: Scenario): number {
+  return scenario.key !== undefined ? 401 : scenario.name.includes('(422)') ? 422 : 200;
 }
 
-function measure(server: RunningServer, serverName: string, scenario: Scenario, connections: number, durationSec = seconds): Promise<Measured> {
+function load(server: RunningServer, scenario: Scenario, did: (i: number) => string, connections: number, rate: number | null, title: string): Promise<Run> {
+  const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
+    const { path, body } = scenario.request(i, did);
+    return { path, body: Buffer.from(body) };
+  });
   let i = 0;
-  const next = prebuilt(scenario);
+  const cpu0 = cpuSeconds(server.child.pid!);
   return new Promise((resolve, reject) => {
     const instance = autocannon(
       {
         url: server.url,
         connections,
-        duration: durationSec,
-        title: `${serverName}: ${scenario.name} @ ${connections}`,
-        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
-        requests: [
-          {
-            method: 'POST',
-            setupRequest: (req) => {
-              const { path, body } = next(i++);
-              return { ...req, path, body };
-            },
-          },
-        ],
+        duration: seconds,
+        ...(rate === null ? {} : { overallRate: rate }),
+        title,
+        headers: { 'x-service-key': scenario.key ?? BENCH_KEY, 'content-type': 'application/json' },
+        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
       },
-      (error, r) =>
-        error
-          ? reject(error)
-          : resolve({ scenario: scenario.name, server: serverName, connections, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors, runs: 1 }),
+      (error, r) => {
+        if (error) return reject(error);
+        const cpu = cpuSeconds(server.child.pid!) - cpu0;
+        const stats = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
+        const expected = stats[String(expectedStatus(scenario))]?.count ?? 0;
+        resolve({ requests: r.requests.total, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, unexpected: r.requests.total - expected + r.errors, cpuUsPerRequest: (cpu / Math.max(1, r.requests.total)) * 1e6 });
+      },
     );
     autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
   });
 }
 
-function scenarios(dids: readonly string[]): Scenario[] {
-  const did = (i: number) => dids[i % dids.length]!;
-  return [
-    {
-      name: 'track event',
-      request: (i) => ({
-        path: '/msv_cevt',
-        body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: 1_700_000_000_000 + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }),
-      }),
-    },
-    { name: 'app launch (new device)', request: () => ({ path: '/mcrs_appl_v1', body: LAUNCH_BODY }) },
-    {
-      name: 'identify',
-      request: (i) => ({
-        path: '/msv_cs_id',
-        body: JSON.stringify({ did: did(i), clientCustomerId: `customer-${i % 10_000}`, timestamp: 1_700_000_000_000, info: [{ name: 'email', value: `user${i % 10_000}@example.com`, type: 'string' }, { name: 'plan', value: i % 2 === 0 ? 'pro' : 'free', type: 'string' }] }),
-      }),
-    },
-    {
-      name: 'push token',
-      request: (i) => ({ path: '/mpush_token', body: JSON.stringify({ did: did(i), type: i % 2 === 0 ? 'fcm' : 'apns', token: `token-${i}-${'x'.repeat(100)}`, timestamp: 1_700_000_000_000 }) }),
-    },
-    {
-      name: 'product upsert',
-      request: (i) => ({
-        path: '/product',
-        body: JSON.stringify({ id: `p${i % PRODUCTS}`, name: `Product ${i}`, price: (i % 500) + 0.99, originalHigherPrice: (i % 500) + 5, status: i % 7 === 0 ? 'outOfStock' : 'inStock', url: `https://shop.example/p/${i}` }),
-      }),
-    },
-    {
-      name: 'mapping add (100 ids)',
-      request: (i) => {
-        const from = (i * 100) % PRODUCTS;
-        return { path: `/collection/c${i % COLLECTIONS}/products/add`, body: JSON.stringify({ products: Array.from({ length: 100 }, (_, k) => `p${(from + k) % PRODUCTS}`) }) };
-      },
-    },
-  ];
-}
-
-function ratio(a: number, b: number | undefined): string {
-  return b === undefined || b === 0 ? '' : (a / b).toFixed(2);
-}
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 async function main(): Promise<void> {
   quiet();
   const date = new Date();
-  const results: Measured[] = [];
-  const bare = await startBareUws();
-  const lmdb = await startBareUwsLmdb();
+  const yardstick = await startBareUwsLmdb();
   const intake = await startIntake();
+  const cpu: Record<string, { intake: number[]; yardstick: number[] }> = {};
+  const saturation: Record<string, { intake: Run; yardstick?: Run }> = {};
+  let wrk: { intake: ReturnType<typeof runWrk>; yardstick: ReturnType<typeof runWrk> } | null = null;
   try {
     const target = { url: intake.url, key: BENCH_KEY };
     const dids = await someDevices(target, 1000);
+    const did = (i: number) => dids[i % dids.length]!;
     await createProducts(target, PRODUCTS);
     for (let c = 0; c < COLLECTIONS; c++) {
       await fetch(`${intake.url}/collection`, { method: 'POST', headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, body: JSON.stringify({ id: `c${c}`, name: `Collection ${c}` }) });
     }
-    const all = scenarios(dids);
-    const track = all[0]!;
-    const servers = [
-      { name: 'bare uWS', server: bare, scenario: scenarios(['yardstick-device-id-0001'])[0]! },
-      { name: 'bare uWS + LMDB', server: lmdb, scenario: scenarios(['yardstick-device-id-0001'])[0]! },
-      { name: 'intake', server: intake, scenario: track },
-    ];
-    for (const s of servers) await measure(s.server, s.name, s.scenario, 50, 2); // warm up
-    const runs: Measured[] = [];
+    const yardDid = () => 'yardstick-device-id-01';
+    await load(intake, SCENARIOS[0]!, did, RATE_CONNECTIONS, ratePerSec, 'warm-up intake');
+    await load(yardstick, SCENARIOS[0]!, yardDid, RATE_CONNECTIONS, ratePerSec, 'warm-up yardstick');
     for (let round = 0; round < rounds; round++) {
-      for (const c of CONNECTIONS) for (const s of servers) runs.push(await measure(s.server, s.name, s.scenario, c));
+      for (const scenario of SCENARIOS) {
+        const entry = (cpu[scenario.name] ??= { intake: [], yardstick: [] });
+        if (scenario.yardstick) entry.yardstick.push((await load(yardstick, scenario, yardDid, RATE_CONNECTIONS, ratePerSec, `yardstick: ${scenario.name} @ ${ratePerSec}/s`)).cpuUsPerRequest);
+        entry.intake.push((await load(intake, scenario, did, RATE_CONNECTIONS, ratePerSec, `intake: ${scenario.name} @ ${ratePerSec}/s`)).cpuUsPerRequest);
+      }
     }
-    for (const s of servers) for (const c of CONNECTIONS) results.push(medianOf(runs.filter((r) => r.server === s.name && r.connections === c)));
-    for (const scenario of all.slice(1)) for (const c of CONNECTIONS) results.push(await measure(intake, 'intake', scenario, c));
+    for (const scenario of SCENARIOS) {
+      saturation[scenario.name] = {
+        intake: await load(intake, scenario, did, SATURATION_CONNECTIONS, null, `intake: ${scenario.name} @ ${SATURATION_CONNECTIONS} connections`),
+        ...(scenario.yardstick ? { yardstick: await load(yardstick, scenario, yardDid, SATURATION_CONNECTIONS, null, `yardstick: ${scenario.name} @ ${SATURATION_CONNECTIONS} connections`) } : {}),
+      };
+    }
+    if (wrkInstalled()) {
+      const track = SCENARIOS[0]!;
+      const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };
+      wrk = {
+        yardstick: runWrk(`${yardstick.url}${track.request(0, yardDid).path}`, track.request(0, yardDid).body, headers, SATURATION_CONNECTIONS, seconds),
+        intake: runWrk(`${intake.url}${track.request(0, did).path}`, track.request(0, did).body, headers, SATURATION_CONNECTIONS, seconds),
+      };
+    }
   } finally {
-    await Promise.all([bare.stop(), lmdb.stop(), intake.stop()]);
+    await Promise.all([yardstick.stop(), intake.stop()]);
   }
 
-  const find = (server: string, scenario: string, c: number) => results.find((r) => r.server === server && r.scenario === scenario && r.connections === c);
-  const rows = results.map((r) => {
-    const bare = find('bare uWS', 'track event', r.connections)?.rps;
-    const lmdb = find('bare uWS + LMDB', 'track event', r.connections)?.rps;
-    const compare = r.server === 'intake';
-    return `| ${r.server} | ${r.scenario}${r.runs > 1 ? ` (median of ${r.runs})` : ''} | ${r.connections} | ${Math.round(r.rps).toLocaleString('en')} | ${r.p50} | ${r.p99} | ${r.non2xx + r.errors} | ${compare ? ratio(r.rps, bare) : ''} | ${compare ? ratio(r.rps, lmdb) : ''} |`;
+  const trackCpu = median(cpu['track event']!.intake);
+  const rows = SCENARIOS.map((s) => {
+    const mine = median(cpu[s.name]!.intake);
+    const theirs = s.yardstick ? median(cpu[s.name]!.yardstick) : null;
+    const ratio = s.target?.of === 'track event' ? mine / trackCpu : theirs === null ? null : mine / theirs;
+    const sat = saturation[s.name]!;
+    const targetText = s.target === undefined ? '' : `${ratio!.toFixed(2)} (≤ ${s.target.ratio}${s.target.of === 'track event' ? ' × track' : ''}: ${ratio! <= s.target.ratio ? 'met' : '**missed**'})`;
+    return `| ${s.name} | ${mine.toFixed(1)} | ${theirs === null ? '' : theirs.toFixed(1)} | ${targetText} | ${Math.round(sat.intake.rps).toLocaleString('en')} / ${sat.intake.p99} | ${sat.yardstick === undefined ? '' : `${Math.round(sat.yardstick.rps).toLocaleString('en')} / ${sat.yardstick.p99}`} | ${sat.intake.unexpected} |`;
   });
-  const yard = (c: number) => find('bare uWS + LMDB', 'track event', c)?.rps ?? 0;
-  const target = (label: string, ok: boolean, detail: string) => `- ${ok ? 'met' : 'MISSED'}: ${label} (${detail})`;
-  const track = (c: number) => find('intake', 'track event', c)?.rps ?? 0;
-  const launch = (c: number) => find('intake', 'app launch (new device)', c)?.rps ?? 0;
-  const worstP99 = results.filter((r) => r.server === 'intake' && r.connections === 256).sort((a, b) => b.p99 - a.p99)[0]!;
-  const errors = results.filter((r) => r.non2xx + r.errors > 0);
-  const targets = [
-    target('track event at 256 connections ≥ 90% of bare uWS + LMDB', track(256) >= 0.9 * yard(256), `${ratio(track(256), yard(256))}`),
-    target('track event at 50 connections ≥ 100% of bare uWS + LMDB', track(50) >= yard(50), `${ratio(track(50), yard(50))}`),
-    target('app launch ≥ 80% of bare uWS + LMDB', launch(50) >= 0.8 * yard(50) && launch(256) >= 0.8 * yard(256), `${ratio(launch(50), yard(50))} at 50, ${ratio(launch(256), yard(256))} at 256`),
-    target('p99 ≤ 10 ms at 256 connections, every scenario', worstP99.p99 <= 10, `worst: ${worstP99.scenario} ${worstP99.p99} ms`),
-    target('no non-2xx answers and no errors', errors.length === 0, errors.length === 0 ? 'none' : errors.map((e) => `${e.server} ${e.scenario} @${e.connections}: ${e.non2xx + e.errors}`).join('; ')),
-  ];
+  const spread = (values: number[]) => values.map((v) => v.toFixed(1)).join(', ');
+  const wrkLine =
+    wrk === null
+      ? 'wrk is not installed (apt-get install wrk): no cross-check.'
+      : `wrk -t1 -c${SATURATION_CONNECTIONS}, track events, ${seconds} s: intake ${Math.round(wrk.intake.requestsPerSec).toLocaleString('en')} req/s (p99 ${wrk.intake.p99Ms} ms), yardstick ${Math.round(wrk.yardstick.requestsPerSec).toLocaleString('en')} req/s (p99 ${wrk.yardstick.p99Ms} ms): **${(wrk.intake.requestsPerSec / wrk.yardstick.requestsPerSec).toFixed(2)}×** (target ≥ 0.75; non-2xx ${wrk.intake.non2xx} / ${wrk.yardstick.non2xx}).`;
   const markdown = [
     `# Bench ${date.toISOString()}`,
     '',
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generator (autocannon) on the same machine. ${seconds} s per run after a 2 s warm-up; track events in ${rounds} interleaved rounds (medians), the other scenarios once. Command: \`npm run bench -- ${seconds} ${rounds}\`.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench -- ${seconds} ${rounds} ${ratePerSec}\`. CPU per request: the server's utime + stime (all threads) ÷ requests answered, at ${ratePerSec.toLocaleString('en')} requests/s from ${RATE_CONNECTIONS} connections, median of ${rounds} interleaved rounds of ${seconds} s. Throughput and p99: ${SATURATION_CONNECTIONS} connections, autocannon, ${seconds} s.`,
     '',
-    '| server | scenario | connections | req/s | p50 ms | p99 ms | non-2xx + errors | vs bare uWS | vs bare uWS + LMDB |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '| scenario | intake CPU µs / request | yardstick (bare uWS + LMDB) CPU µs / request | ratio (target) | intake req/s / p99 ms at 256 | yardstick req/s / p99 ms at 256 | unexpected answers |',
+    '|---|---|---|---|---|---|---|',
     ...rows,
     '',
-    'Targets:',
+    wrkLine,
     '',
-    ...targets,
+    'Rounds (intake CPU µs / request): ' + SCENARIOS.map((s) => `${s.name}: ${spread(cpu[s.name]!.intake)}`).join('; ') + '.',
     '',
   ].join('\n');
   const dir = `${ROOT}bench/results`;

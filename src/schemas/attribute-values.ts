@@ -73,6 +73,8 @@ export function checkUntypedValue(value: unknown, path: readonly string[]): Vali
   return value.length > ATTRIBUTE_VALUE_MAX_LENGTH ? detail.stringMax(path, value, ATTRIBUTE_VALUE_MAX_LENGTH) : null;
 }
 
+const ENTRY_VALUE_PATH: string[] = ['', '', 'value'];
+
 /**
  * Appends the value violations of an `info` array to `out`; these replace whatever the schema said
  * about the same values. Entries that are not objects, or lack `value`, are left to the schema.
@@ -84,7 +86,10 @@ export function checkAttributeEntries(entries: unknown, basePath: string, out: V
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) continue;
     const record = entry as Record<string, unknown>;
     if (!Object.hasOwn(record, 'value')) continue;
-    const path = [basePath, String(i), 'value'];
+    // One path array for every entry (details copy it): a valid body allocates none.
+    const path = ENTRY_VALUE_PATH;
+    path[0] = basePath;
+    path[1] = String(i);
     const found = isAttributeType(record.type) ? checkAttributeValue(record.type, record.value, path) : checkUntypedValue(record.value, path);
     if (found !== null) out.push(found);
   }

@@ -44,6 +44,8 @@ export function nestsDeeperThan(value: unknown, limit: number): boolean {
   return false;
 }
 
+const EXTRA_SCRATCH: ValidationDetail[] = [];
+
 /** Checks that JSON Schema cannot express; each appends details to `out`. */
 type ExtraCheck = (body: Record<string, unknown>, out: ValidationDetail[]) => void;
 
@@ -65,11 +67,15 @@ export class BodyValidator {
    */
   validate(body: unknown): ValidationDetail[] | null {
     const valid = this.compiled.Check(body);
-    const extraDetails: ValidationDetail[] = [];
+    // The extra checks write into one scratch array (they run synchronously): a valid body
+    // allocates nothing here.
+    const scratch = EXTRA_SCRATCH;
+    scratch.length = 0;
     if (this.extra !== null && typeof body === 'object' && body !== null && !Array.isArray(body)) {
-      this.extra(body as Record<string, unknown>, extraDetails);
+      this.extra(body as Record<string, unknown>, scratch);
     }
-    if (valid && extraDetails.length === 0) return null;
+    if (valid && scratch.length === 0) return null;
+    const extraDetails = scratch.slice();
     if (nestsDeeperThan(body, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
     return toDetails(this.schema, body, this.compiled.Errors(body), extraDetails, MAX_DETAILS);
   }
