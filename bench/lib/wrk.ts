@@ -14,6 +14,7 @@ export interface WrkResult {
   requestsPerSec: number;
   p50Ms: number;
   p99Ms: number;
+  maxMs: number;
   requests: number;
   non2xx: number;
 }
@@ -45,6 +46,7 @@ export function runWrk(url: string, body: string, headers: Record<string, string
     requestsPerSec: Number(/Requests\/sec:\s+([0-9.]+)/.exec(out)?.[1] ?? NaN),
     p50Ms: percentile('50'),
     p99Ms: percentile('99'),
+    maxMs: toMs(/^\s+Latency\s+\S+\s+\S+\s+(\S+)/m.exec(out)?.[1] ?? ''),
     requests: Number(/([0-9]+) requests in/.exec(out)?.[1] ?? NaN),
     non2xx: Number(/^non2xx (\d+)$/m.exec(out)?.[1] ?? NaN),
   };
