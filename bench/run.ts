@@ -12,7 +12,9 @@
 // - Scenarios: the 200s of the targets, a mapping add of 100 ids, a track event with one schema
 //   violation (422) and with a wrong key (401): refused requests must be cheap, or invalid
 //   traffic is the cheapest way to load the server.
-//   npm run bench -- [seconds per run=10] [rounds=3] [ratePerSec=8000]
+//   npm run bench -- [seconds per run=10] [rounds=3] [ratePerSec=8000] [only=name,name...]
+//   (`only`: scenarios whose name contains one of these; the track event always runs, the 422
+//   and 401 are compared with it)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
@@ -26,6 +28,7 @@ import { runWrk, wrkInstalled } from './lib/wrk.ts';
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
 const ratePerSec = Number(process.argv[4] ?? 8000);
+const only = process.argv[5]?.split(',') ?? null;
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
 const PRODUCTS = 10_000;
@@ -45,7 +48,7 @@ interface Scenario {
 }
 
 const TS = 1_700_000_000_000;
-const SCENARIOS: Scenario[] = [
+const ALL_SCENARIOS: Scenario[] = [
   {
     name: 'track event',
     request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }),
@@ -93,6 +96,8 @@ const SCENARIOS: Scenario[] = [
     target: { ratio: 0.5, of: 'track event' },
   },
 ];
+
+const SCENARIOS = ALL_SCENARIOS.filter((s, i) => only === null || i === 0 || only.some((word) => s.name.includes(word)));
 
 interface Run {
   requests: number;
@@ -201,7 +206,7 @@ async function main(): Promise<void> {
   const markdown = [
     `# Bench ${date.toISOString()}`,
     '',
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench -- ${seconds} ${rounds} ${ratePerSec}\`. CPU per request: the server's utime + stime (all threads) ÷ requests answered, at ${ratePerSec.toLocaleString('en')} requests/s from ${RATE_CONNECTIONS} connections, median of ${rounds} interleaved rounds of ${seconds} s. Throughput and p99: ${SATURATION_CONNECTIONS} connections, autocannon, ${seconds} s.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench -- ${seconds} ${rounds} ${ratePerSec}${only === null ? '' : ` ${only.join(',')}`}\`. CPU per request: the server's utime + stime (all threads) ÷ requests answered, at ${ratePerSec.toLocaleString('en')} requests/s from ${RATE_CONNECTIONS} connections, median of ${rounds} interleaved rounds of ${seconds} s. Throughput and p99: ${SATURATION_CONNECTIONS} connections, autocannon, ${seconds} s.`,
     '',
     '| scenario | intake CPU µs / request | yardstick (bare uWS + LMDB) CPU µs / request | ratio (target) | intake req/s / p99 ms at 256 | yardstick req/s / p99 ms at 256 | unexpected answers |',
     '|---|---|---|---|---|---|---|',

@@ -6,12 +6,18 @@ import { hashKey, keysVersion, storedKeys } from './key-store.ts';
 
 const CACHE_MAX_KEYS = 10_000;
 const MAX_KEY_LENGTH = 256;
+/** A cached answer for a key that matches no active key ('' is never a workspace name). */
+const UNKNOWN = '';
 
 export class Authenticator {
   private readonly store: Store;
   private readonly envKeys: Map<string, string>;
   /** sha256 → workspace, active stored keys only. */
   private storedByHash = new Map<string, string>();
+  /**
+   * Recently seen keys → their workspace, or UNKNOWN: a client stuck on a wrong key (the usual
+   * 401 flood) then costs a map lookup, not a sha256 per request. Dropped on every key change.
+   */
   private cache = new Map<string, string>();
   private version = -1;
   private timer: NodeJS.Timeout | null = null;
@@ -28,12 +34,11 @@ export class Authenticator {
     const fromEnv = this.envKeys.get(key);
     if (fromEnv !== undefined) return fromEnv;
     const cached = this.cache.get(key);
-    if (cached !== undefined) return cached;
+    if (cached !== undefined) return cached === UNKNOWN ? null : cached;
     const workspace = this.storedByHash.get(hashKey(key));
-    if (workspace === undefined) return null;
     if (this.cache.size >= CACHE_MAX_KEYS) this.cache = new Map();
-    this.cache.set(key, workspace);
-    return workspace;
+    this.cache.set(key, workspace ?? UNKNOWN);
+    return workspace ?? null;
   }
 
   get hasAnyKey(): boolean {

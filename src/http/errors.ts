@@ -5,10 +5,12 @@ export interface ErrorSpec {
   readonly status: number;
   readonly statusLine: string;
   readonly message: string;
+  /** The body with the default message, serialized once (a 401 or 404 flood costs no stringify). */
+  readonly body: string;
 }
 
 function spec(type: string, status: number, reason: string, message: string): ErrorSpec {
-  return { type, status, statusLine: `${status} ${reason}`, message };
+  return { type, status, statusLine: `${status} ${reason}`, message, body: JSON.stringify({ type, message }) };
 }
 
 export const ERRORS = {
@@ -27,6 +29,6 @@ export const ERRORS = {
 export type ErrorName = keyof typeof ERRORS;
 
 /** `{"type": "...", "message": "..."}`, optionally with a more specific message. */
-export function errorBody(error: ErrorSpec, message: string = error.message): string {
-  return JSON.stringify({ type: error.type, message });
+export function errorBody(error: ErrorSpec, message?: string): string {
+  return message === undefined || message === error.message ? error.body : JSON.stringify({ type: error.type, message });
 }

@@ -1,7 +1,8 @@
 // Compiled validators, built once at start. The fast path is one compiled Check plus the attribute
 // value loop; the Joi mapping only runs for invalid bodies.
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
-import { Type, type TSchema } from '@sinclair/typebox';
+import { SetErrorFunction, ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
+import { Kind, Type, type TSchema } from '@sinclair/typebox';
 import { checkAttributeEntries } from './attribute-values.ts';
 import { detail, MAX_DETAILS, type ValidationDetail } from './details.ts';
 import {
@@ -16,6 +17,10 @@ import {
   mappingBody,
 } from './endpoints.ts';
 import { toDetails } from './joi-errors.ts';
+
+// The details of a 422 are built from each error's type and schema (joi-errors.ts); TypeBox's own
+// message for an error is never read, so it is not built either (a 422 costs less).
+SetErrorFunction(() => '');
 
 /**
  * How deep JSON may nest (the body object is level 1). No valid body nests more than 5 levels; a
@@ -49,15 +54,81 @@ const EXTRA_SCRATCH: ValidationDetail[] = [];
 /** Checks that JSON Schema cannot express; each appends details to `out`. */
 type ExtraCheck = (body: Record<string, unknown>, out: ValidationDetail[]) => void;
 
+interface PropertyCheck {
+  key: string;
+  /** The property's path prefix, escaped as TypeBox escapes it (RFC 6901). */
+  pointer: string;
+  schema: TSchema;
+  check: TypeCheck<TSchema>;
+  required: boolean;
+}
+
+/**
+ * The errors TypeBox's Errors() finds for an object schema, in the same order, with less work.
+ * Errors() walks every property of the body through nested generators, about 10 µs for a track
+ * event with one bad field; a 422 cost more than a journaled 200. Here the object's own errors
+ * (required keys, unknown keys, the body not being an object) come from a copy of the schema
+ * whose properties accept anything, then each property is checked by its own compiled check and
+ * only a property that fails it is walked for errors (paths prefixed, schemas those of the
+ * original). A required property is always checked (TypeBox also visits a missing one).
+ */
+class ObjectErrors {
+  private readonly schema: TSchema;
+  private readonly shallow: TypeCheck<TSchema>;
+  private readonly shallowSchema: TSchema;
+  private readonly properties: PropertyCheck[];
+  private readonly byPointer = new Map<string, TSchema>();
+
+  constructor(schema: TSchema) {
+    this.schema = schema;
+    const props = schema.properties as Record<string, TSchema>;
+    const required = new Set<string>((schema.required as string[] | undefined) ?? []);
+    this.properties = Object.getOwnPropertyNames(props).map((key) => {
+      const pointer = `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      this.byPointer.set(pointer, props[key]!);
+      return { key, pointer, schema: props[key]!, check: TypeCompiler.Compile(props[key]!), required: required.has(key) };
+    });
+    this.shallowSchema = { ...schema, properties: Object.fromEntries(Object.keys(props).map((key) => [key, Type.Unknown()])) };
+    this.shallow = TypeCompiler.Compile(this.shallowSchema);
+  }
+
+  /** Only plain object schemas of known properties (every body schema of ours). */
+  static fits(schema: TSchema): boolean {
+    return schema[Kind] === 'Object' && typeof schema.properties === 'object' && typeof schema.additionalProperties !== 'object';
+  }
+
+  *errors(body: unknown): Generator<ValueError> {
+    for (const error of this.shallow.Errors(body)) {
+      if (error.type === ValueErrorType.ObjectRequiredProperty) yield { ...error, schema: this.byPointer.get(error.path) ?? error.schema };
+      else yield error.schema === this.shallowSchema ? { ...error, schema: this.schema } : error;
+    }
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
+    const record = body as Record<string, unknown>;
+    for (const p of this.properties) {
+      const value = record[p.key];
+      if (!p.required && value === undefined) continue;
+      if (p.check.Check(value)) continue;
+      for (const error of p.check.Errors(value)) yield { ...error, path: p.pointer + error.path };
+    }
+  }
+}
+
 export class BodyValidator {
   readonly schema: TSchema;
   private readonly compiled: TypeCheck<TSchema>;
   private readonly extra: ExtraCheck | null;
+  private readonly objectErrors: ObjectErrors | null;
 
   constructor(schema: TSchema, extra: ExtraCheck | null = null) {
     this.schema = schema;
     this.compiled = TypeCompiler.Compile(schema);
     this.extra = extra;
+    this.objectErrors = ObjectErrors.fits(schema) ? new ObjectErrors(schema) : null;
+  }
+
+  /** Every schema error of `body`, as TypeBox's Errors() lists them. */
+  errors(body: unknown): Iterable<ValueError> {
+    return this.objectErrors === null ? this.compiled.Errors(body) : this.objectErrors.errors(body);
   }
 
   /**
@@ -77,7 +148,7 @@ export class BodyValidator {
     if (valid && scratch.length === 0) return null;
     const extraDetails = scratch.slice();
     if (nestsDeeperThan(body, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
-    return toDetails(this.schema, body, this.compiled.Errors(body), extraDetails, MAX_DETAILS);
+    return toDetails(this.schema, body, this.errors(body), extraDetails, MAX_DETAILS);
   }
 }
 
