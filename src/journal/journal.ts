@@ -256,7 +256,15 @@ export class Journal {
 
   private settle(batch: Batch, error: Error | null, commitLatencyMs: number): void {
     this.settleBatch(batch, error, commitLatencyMs);
-    if (this.current !== null && this.failure === null && this.inFlight.length < this.maxInFlight) this.closeBatch();
+    const open = this.current;
+    if (open === null) return;
+    if (this.failure !== null) {
+      // Records appended while the failed commit was in flight will never be written: their
+      // waiters hear the failure now (found by review: with one commit in flight they waited
+      // forever, and drain() never resolved, so a stop hung until its hard limit).
+      this.current = null;
+      this.settleBatch(open, this.failure, 0);
+    } else if (this.inFlight.length < this.maxInFlight) this.closeBatch();
   }
 
   private settleBatch(batch: Batch, error: Error | null, commitLatencyMs: number): void {

@@ -70,7 +70,8 @@ interface PropertyCheck {
  * (required keys, unknown keys, the body not being an object) come from a copy of the schema
  * whose properties accept anything, then each property is checked by its own compiled check and
  * only a property that fails it is walked for errors (paths prefixed, schemas those of the
- * original). A required property is always checked (TypeBox also visits a missing one).
+ * original). A required property is always checked (TypeBox also visits a missing one). (The
+ * nested `errors` of a union's error keep paths relative to the property: nothing reads them.)
  */
 class ObjectErrors {
   private readonly schema: TSchema;
