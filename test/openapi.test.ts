@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { ERRORS } from '../src/http/errors.ts';
-import { launch, startServer, T0, type TestServer } from './helpers/server.ts';
+import { launch, startServer, T0, WRITE_OPERATIONS, type TestServer } from './helpers/server.ts';
 
 let server: TestServer;
 let doc: any;
@@ -18,19 +18,6 @@ after(async () => {
   await server.kill();
 });
 
-const WRITES: Array<[string, 'post' | 'delete']> = [
-  ['/mcrs_appl_v1', 'post'],
-  ['/msv_cevt', 'post'],
-  ['/msv_cs_id', 'post'],
-  ['/logout', 'post'],
-  ['/mpush_token', 'post'],
-  ['/product', 'post'],
-  ['/product/{id}', 'delete'],
-  ['/collection', 'post'],
-  ['/collection/{id}', 'delete'],
-  ['/collection/{id}/products/add', 'post'],
-  ['/collection/{id}/products/remove', 'post'],
-];
 
 test('the document is valid OpenAPI 3.1 according to a real validator', async () => {
   const result = await new Validator().validate(doc);
@@ -69,7 +56,7 @@ test('every write route documents its headers and its answers, errors with their
   assert.deepEqual(doc.components.securitySchemes.serviceKey, { type: 'apiKey', in: 'header', name: 'x-service-key', description: doc.components.securitySchemes.serviceKey.description });
   const errorTypes = doc.components.schemas.Error.properties.type.enum;
   assert.deepEqual([...errorTypes].sort(), Object.values(ERRORS).map((e) => e.type).sort());
-  for (const [path, method] of WRITES) {
+  for (const [path, method] of WRITE_OPERATIONS) {
     const operation = doc.paths[path][method];
     const headers = operation.parameters.filter((p: any) => p.in === 'header').map((p: any) => p.name);
     assert.deepEqual(headers.sort(), ['Idempotency-Key', 'x-request-id'], `${path}`);

@@ -74,22 +74,18 @@ export class Acceptor {
       return true;
     }
     const seq = this.keys.seqOf(n);
-    if (seq > this.journal.durableSeq) {
-      // The first write is not durable yet: wait for it. If the journal failed, it never will be
-      // (found by review: a duplicate queued behind a mapping got a 200 for a lost write).
-      const failure = this.journal.failed;
-      if (failure !== null) {
-        reply.failed(failure);
-        return true;
-      }
-      this.retries.replays++;
-      reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
-      if (!this.journal.afterPending(reply)) reply.failed(new Error(`journal record ${seq} is neither durable nor pending`));
+    // A first write not durable yet is waited for. If the journal failed, it never will be
+    // (found by review: a duplicate queued behind a mapping got a 200 for a lost write).
+    const pending = seq > this.journal.durableSeq;
+    const failure = this.journal.failed;
+    if (pending && failure !== null) {
+      reply.failed(failure);
       return true;
     }
     this.retries.replays++;
     reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
-    reply.committed();
+    if (!pending) reply.committed();
+    else if (!this.journal.afterPending(reply)) reply.failed(new Error(`journal record ${seq} is neither durable nor pending`));
     return true;
   }
 

@@ -103,10 +103,12 @@ export class JournalReader {
   private batch(key: number): DecodedBatch | null {
     let batch = this.cache.get(key);
     if (batch !== undefined) return batch;
-    const stored = this.db.getBinary(key);
-    if (stored === undefined) return null; // trimmed meanwhile
+    // Its stored size, without copying the bytes (getBinaryFast's buffer is reused: only its
+    // length is read).
+    const storedBytes = this.db.getBinaryFast(key)?.length;
+    if (storedBytes === undefined) return null; // trimmed meanwhile
     const records = this.db.get(key)!;
-    batch = new DecodedBatch(key, records, stored.length);
+    batch = new DecodedBatch(key, records, storedBytes);
     this.cache.set(key, batch);
     this.cachedRecords += records.length;
     this.cachedBytes += batch.storedBytes;

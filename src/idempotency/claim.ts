@@ -8,18 +8,14 @@
 // non-cryptographic hash (two 32-bit lanes), since a made-up collision only fools the client's
 // own key (a retry with another body replayed instead of refused).
 import { hash } from 'node:crypto';
+import { printableAscii } from '../http/printable.ts';
 import { RECORD_BYTES, type KeyHash } from './key-table.ts';
 
 const MAX_KEY_LENGTH = 255;
 
 /** 1 to 255 printable ASCII characters (0x21 to 0x7E). */
 export function validIdempotencyKey(key: string): boolean {
-  if (key.length === 0 || key.length > MAX_KEY_LENGTH) return false;
-  for (let i = 0; i < key.length; i++) {
-    const c = key.charCodeAt(i);
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
+  return printableAscii(key, MAX_KEY_LENGTH, 0x21);
 }
 
 const EMPTY_BODY = new Uint8Array(0);

@@ -43,6 +43,15 @@ function scraped(registry: client.Registry, name: string, help: string, type: 'c
   registry.registerMetric({ name, get: async () => ({ name, help, type, values: samples(), aggregator: 'sum' }) } as unknown as client.Metric);
 }
 
+/** An unlabelled gauge or counter whose value is read from plain state when /metrics is scraped. */
+function readAtScrape(registry: client.Registry, type: 'gauge' | 'counter', name: string, help: string, read: () => number): void {
+  if (type === 'gauge') {
+    new client.Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
+    return;
+  }
+  new client.Counter({ name, help, registers: [registry], collect() { this.reset(); this.inc(read()); } });
+}
+
 export interface StateCounts {
   devices(): number;
   products(): number;
@@ -94,15 +103,7 @@ export class Metrics {
       }
       return samples;
     });
-    const gauge = (name: string, help: string, read: () => number) =>
-      new client.Gauge({
-        name,
-        help,
-        registers: [this.registry],
-        collect() {
-          this.set(read());
-        },
-      });
+    const gauge = (name: string, help: string, read: () => number) => readAtScrape(this.registry, 'gauge', name, help, read);
     // The heap right after a major GC is about what the state needs (the rest is garbage).
     let heapAfterMajorGc = 0;
     const observer = new PerformanceObserver((list) => {
@@ -141,27 +142,11 @@ export class Metrics {
 
   /** Idempotency-Key replays, conflicts, forgotten and held keys, read from plain counts at scrape. */
   watchRetries(counts: { replays: number; conflicts: number }, keys: { size: number; forgotten: number }): void {
-    const counter = (name: string, help: string, read: () => number) =>
-      new client.Counter({
-        name,
-        help,
-        registers: [this.registry],
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
+    const counter = (name: string, help: string, read: () => number) => readAtScrape(this.registry, 'counter', name, help, read);
     counter('intake_idempotency_replays_total', 'requests answered with the first answer of their Idempotency-Key', () => counts.replays);
     counter('intake_idempotency_conflicts_total', 'requests refused: their Idempotency-Key was used for a different request', () => counts.conflicts);
     counter('intake_idempotency_forgotten_keys_total', 'Idempotency-Keys forgotten (older than the window, or the oldest when the table was full)', () => keys.forgotten);
-    new client.Gauge({
-      name: 'intake_idempotency_keys',
-      help: 'Idempotency-Keys remembered now',
-      registers: [this.registry],
-      collect() {
-        this.set(keys.size);
-      },
-    });
+    readAtScrape(this.registry, 'gauge', 'intake_idempotency_keys', 'Idempotency-Keys remembered now', () => keys.size);
   }
 }
 

@@ -265,3 +265,18 @@ export async function launch(server: TestServer, did?: string | null, key: strin
   if (res.status !== 200) throw new Error(`launch failed: ${res.status} ${res.text}`);
   return res.body;
 }
+
+/** Every write endpoint as /openapi.json names it: path (OpenAPI template) and method. */
+export const WRITE_OPERATIONS: ReadonlyArray<readonly [string, 'post' | 'delete']> = [
+  ['/mcrs_appl_v1', 'post'],
+  ['/msv_cevt', 'post'],
+  ['/msv_cs_id', 'post'],
+  ['/logout', 'post'],
+  ['/mpush_token', 'post'],
+  ['/product', 'post'],
+  ['/product/{id}', 'delete'],
+  ['/collection', 'post'],
+  ['/collection/{id}', 'delete'],
+  ['/collection/{id}/products/add', 'post'],
+  ['/collection/{id}/products/remove', 'post'],
+];

@@ -1,0 +1,12 @@
+// Header values the contract asks to be printable ASCII: x-request-id (CONTRACT.md §9, space
+// allowed) and Idempotency-Key (§10, no space).
+
+/** 1 to `maxLength` characters, each from `lowest` (0x20 with space, 0x21 without) to 0x7E. */
+export function printableAscii(value: string, maxLength: number, lowest: 0x20 | 0x21): boolean {
+  if (value.length === 0 || value.length > maxLength) return false;
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < lowest || c > 0x7e) return false;
+  }
+  return true;
+}
