@@ -134,7 +134,7 @@ async function main(): Promise<void> {
   const pool = new MappingPool(settings);
   const routes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
   const rateLimits = new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
-  metrics.watchRateLimits(rateLimits.limited);
+  metrics.watchRateLimits(rateLimits);
   const server = await startHttpServer({
     settings,
     auth,

@@ -109,7 +109,11 @@ describe('rate limits', () => {
     // Per key: another key, of this workspace or another, has its own bucket.
     assert.equal((await server.post('/product', { id: 'other-key', name: 'n' }, KEY_A2)).status, 200);
     assert.equal((await server.post('/product', { id: 'other-ws', name: 'n' }, KEY_B)).status, 200);
-    assert.equal(await metric(server, 'intake_rate_limited_total', { workspace: 'ws-a' }), 2);
+    assert.equal(await metric(server, 'intake_rate_limited_total'), 2);
+    // /metrics needs no key, so it names no workspace (CONTRACT.md §3): no label, no name.
+    const text = (await server.request('/metrics', undefined, { key: null })).text;
+    assert.ok(!text.includes('workspace='), 'no series is labelled by workspace');
+    assert.ok(!/ws-a|ws-b/.test(text), 'no workspace name appears in /metrics');
     // After Retry-After seconds there is a token again.
     await new Promise((resolve) => setTimeout(resolve, Number(retryAfter) * 1000));
     assert.equal((await server.post('/product', { id: 'later', name: 'n' })).status, 200);

@@ -116,6 +116,35 @@ describe('Idempotency-Key', () => {
     assert.equal((await send(server, 'DELETE', '/product/s2', null, 'scoped')).headers.get('idempotent-replayed'), 'true');
   });
 
+  test('`$` in :id is the id as sent: /product/$ and /product/$$ are two scopes (CONTRACT.md §10)', async () => {
+    // String.prototype.replace reads $$, $&, $` and $' in its replacement as patterns: an id
+    // pasted into the path pattern that way made each pair below one scope, and the second write
+    // of a pair was "replayed" without being applied.
+    const pairs: Array<[string, string]> = [
+      ['$', '$$'],
+      [':id', '$&'],
+      ['/product/', '$`'],
+      ['x', "$'"],
+    ];
+    for (const [i, ids] of pairs.entries()) {
+      const key = `dollar-${i}`;
+      const before = records(server);
+      for (const id of ids) {
+        const res = await send(server, 'DELETE', `/product/${encodeURIComponent(id)}`, null, key);
+        assert.equal(res.status, 200, res.text);
+        assert.equal(res.headers.get('idempotent-replayed'), null, `DELETE /product/${id} is its own scope`);
+      }
+      const events = exportLines(server.dataDir, 'events');
+      assert.equal(events.length, before + 2, `${ids.join(' and ')}: two writes, two records`);
+      assert.deepEqual(events.slice(-2).map((e) => e.data.id), ids, 'each applied with its id as sent');
+      // ...and each is recognised in its own scope when retried.
+      for (const id of ids) {
+        assert.equal((await send(server, 'DELETE', `/product/${encodeURIComponent(id)}`, null, key)).headers.get('idempotent-replayed'), 'true');
+      }
+      assert.equal(records(server), before + 2);
+    }
+  });
+
   test('only 200s are kept: after a 422 the same key may be used again', async () => {
     const refused = await send(server, 'POST', '/msv_cevt', { did: 'no-such-device', name: 'x', timestamp: T0 }, 'after-422');
     assert.equal(refused.status, 422);

@@ -13,8 +13,12 @@ export class RateLimits {
   private readonly perMs: number;
   private readonly burst: number;
   private readonly buckets = new Map<string, Bucket>();
-  /** Requests refused per workspace since start (metrics fold these in at scrape time). */
-  readonly limited = new Map<string, number>();
+  /**
+   * Requests refused since start, all keys together: /metrics needs no key, so it must not say
+   * which workspace (or key) is being limited (CONTRACT.md §3). The logs, which are not public,
+   * carry the workspace of a refused request at debug level.
+   */
+  limited = 0;
 
   constructor(perSecond: number, burst: number) {
     this.perMs = perSecond / 1000;
@@ -29,7 +33,7 @@ export class RateLimits {
    * Takes a token for `key`; returns 0 when the request may go on, else the whole seconds
    * (at least 1) until a token will be there, for Retry-After.
    */
-  take(key: string, workspace: string, now: number): number {
+  take(key: string, now: number): number {
     let bucket = this.buckets.get(key);
     if (bucket === undefined) {
       bucket = { tokens: this.burst, at: now };
@@ -42,7 +46,7 @@ export class RateLimits {
       bucket.tokens -= 1;
       return 0;
     }
-    this.limited.set(workspace, (this.limited.get(workspace) ?? 0) + 1);
+    this.limited++;
     return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perMs / 1000));
   }
 }

@@ -11,6 +11,7 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { acceptsContentType, bodyEncoding } from './body.ts';
 import { Drain } from './drain.ts';
+import { decodeParam, fillParam } from './path-param.ts';
 import type { RateLimits } from './rate-limits.ts';
 import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
@@ -42,16 +43,6 @@ export interface HttpServer {
 }
 
 const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json'];
-
-/** '%2F' and friends in `:id`; null when the escape sequence is malformed. */
-function decodeParam(raw: string): string | null {
-  if (!raw.includes('%')) return raw;
-  try {
-    return decodeURIComponent(raw);
-  } catch {
-    return null;
-  }
-}
 
 /** An answer decided from the request head alone (the body, if any, is never read). */
 function refuseEarly(env: RequestEnvironment, route: WriteRoute, res: HttpResponse, requestId: string, startedAt: number, error: ErrorSpec, message?: string, options: SendOptions = {}): void {
@@ -86,8 +77,11 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     if (workspaceName === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.authentication);
     // Right after the key: a limited request costs a lookup and a subtraction, nothing more.
     if (rateLimits.enabled) {
-      const retryAfterSeconds = rateLimits.take(serviceKey, workspaceName, startedAt);
-      if (retryAfterSeconds > 0) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.rateLimit, undefined, { header: ['retry-after', String(retryAfterSeconds)] });
+      const retryAfterSeconds = rateLimits.take(serviceKey, startedAt);
+      if (retryAfterSeconds > 0) {
+        if (env.logRequests) env.log.debug({ reqId: requestId, workspace: workspaceName }, 'rate limited');
+        return refuseEarly(env, route, res, requestId, startedAt, ERRORS.rateLimit, undefined, { header: ['retry-after', String(retryAfterSeconds)] });
+      }
     }
     // Idempotency-Key: a malformed one is refused before the body is read. (uWS cannot tell an
     // empty header from none: both mean "no key".)
@@ -95,7 +89,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     const idempotencyKey = req.getHeader('idempotency-key');
     if (idempotencyKey !== '') {
       if (!validIdempotencyKey(idempotencyKey)) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.idempotencyKey);
-      claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? route.pattern.replace(':id', param) : route.pattern, idempotencyKey);
+      claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? fillParam(route.pattern, param) : route.pattern, idempotencyKey);
     }
     let limitBytes = 0;
     let encoding: 'identity' | 'gzip' = 'identity';

@@ -126,18 +126,12 @@ export class Metrics {
     return metrics;
   }
 
-  /** Requests refused by a rate limit, per workspace (plain counts, read at scrape). */
-  watchRateLimits(limited: ReadonlyMap<string, number>): void {
-    new client.Counter({
-      name: 'intake_rate_limited_total',
-      help: 'requests answered 429 RateLimitError, by workspace',
-      labelNames: ['workspace'] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const [workspace, count] of limited) this.labels(workspace).inc(count);
-      },
-    });
+  /**
+   * Requests refused by a rate limit, all keys together (read at scrape). No workspace or key
+   * label: /metrics needs no key and reveals no workspace data (CONTRACT.md §3).
+   */
+  watchRateLimits(limits: { readonly limited: number }): void {
+    readAtScrape(this.registry, 'counter', 'intake_rate_limited_total', 'requests answered 429 RateLimitError, all service keys together', () => limits.limited);
   }
 
   /** Idempotency-Key replays, conflicts, forgotten and held keys, read from plain counts at scrape. */
