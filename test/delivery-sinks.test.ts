@@ -1,6 +1,7 @@
 // What one sink does that the other has no counterpart for (the shared suite is delivery.test.ts):
 // NATS's max_payload and messages someone else published on the stream; PostgreSQL's refused
-// characters, a table that belongs to another journal, and schema-qualified tables.
+// characters, a table that belongs to another journal (and two intakes on one table), and
+// schema-qualified tables.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { jetstream } from '@nats-io/jetstream';
@@ -8,6 +9,7 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { exportLines, launch, startServer, T0, type TestServer } from './helpers/server.ts';
 import { startOwnNats } from '../bench/lib/sink-servers.ts';
+import { openStore } from '../src/journal/store.ts';
 import { natsHarness, postgresHarness, SHARED_POSTGRES_URL, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
 import { metric, until } from './helpers/wait.ts';
 
@@ -15,7 +17,7 @@ const servers: TestServer[] = [];
 const targets: SinkTarget[] = [];
 after(async () => {
   for (const server of servers) await server.kill();
-  for (const target of targets) await target.drop();
+  for (const target of targets) await target.cleanup();
 });
 
 async function start(env: Record<string, string>, dataDir?: string): Promise<TestServer> {
@@ -120,6 +122,34 @@ describe('NATS sink', () => {
       await nats.stop();
     }
   });
+
+  test('upgraded from before position markers, on a WorkQueue stream its consumer emptied: records the server knows as duplicates count as stored', async () => {
+    // The server's duplicate window (2 minutes by default) still knows the records after the
+    // stale saved position: the first publish after a reconnect is answered "duplicate", which
+    // means stored (and consumed), not an error. Older intakes stopped there for good.
+    const target = await natsHarness.target(undefined, { removes: true });
+    targets.push(target);
+    const consumer = target.consume();
+    const env = { ...target.env, DELIVERY_RETRY_MAX_MS: '100' };
+    const first = await start(env);
+    const { did } = await launch(first);
+    for (let i = 0; i < 19; i++) assert.equal((await first.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 })).status, 200);
+    await until('all consumed', async () => consumer.seqs().length === 20);
+    assert.equal(await first.stop(), 0);
+    // What an intake from before markers left in LMDB: a seq only, and a stale one (it was saved
+    // at most every 200 ms).
+    const store = openStore(first.dataDir);
+    const id = `nats:${target.env.SINK_NATS_STREAM}`;
+    await store.delivery.put(id, 10);
+    await store.delivery.remove(`confirmed:${id}`);
+    await store.close();
+    const server = await start(env, first.dataDir);
+    for (let i = 0; i < 5; i++) assert.equal((await server.post('/msv_cevt', { did, name: `n${i}`, timestamp: T0 })).status, 200);
+    await until('the new records consumed', async () => consumer.seqs().length >= 25);
+    await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: 'nats' })) === 0);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.deepEqual(await consumer.stop(), Array.from({ length: 25 }, (_, i) => i + 1));
+  });
 });
 
 describe('both sinks at once', () => {
@@ -192,25 +222,62 @@ describe('PostgreSQL sink', () => {
 
   test('a sink that lost records the journal no longer holds: delivery goes on after them, with a warning', async () => {
     // Found by review: the worker span on a stale read snapshot here and delivered nothing more.
+    const own = await postgresHarness.startOwnServer();
+    try {
+      const target = await postgresHarness.target(own);
+      targets.push(target);
+      const env = { ...target.env, JOURNAL_RETENTION_SECONDS: '1', SNAPSHOT_INTERVAL_MS: '0', DELIVERY_RETRY_MAX_MS: '100' };
+      const first = await start(env);
+      const { did } = await launch(first);
+      for (let i = 0; i < 19; i++) await first.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 });
+      await waitForHeld(target, 20);
+      await own.backup(); // the table (and intake's position row) with records 1..20
+      for (let i = 19; i < 30; i++) await first.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 });
+      await waitForHeld(target, 31);
+      await until('position saved', async () => (await metric(first, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
+      await new Promise((resolve) => setTimeout(resolve, 1_300));
+      first.child.kill('SIGUSR2');
+      await first.waitForLog((line) => line.includes('journal trimmed'), 10_000);
+      assert.equal(await first.stop(), 0);
+      await own.restoreBackup(); // e.g. the database restored from an older backup
+      const server = await start(env, first.dataDir);
+      await server.waitForLog((line) => line.includes('trimmed from the journal before this sink received them'), 10_000);
+      for (let i = 0; i < 5; i++) assert.equal((await server.post('/msv_cevt', { did, name: `n${i}`, timestamp: T0 })).status, 200);
+      const held = await waitForHeld(target, 25);
+      assert.deepEqual(held.records.map((r) => r.seq), [...Array.from({ length: 20 }, (_, i) => i + 1), 32, 33, 34, 35, 36]);
+      await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test('two intakes (two journals) on one table: one keeps delivering, the other stops with a mismatch error; nothing is lost silently', async () => {
     const target = await postgresHarness.target();
     targets.push(target);
-    const env = { ...target.env, JOURNAL_RETENTION_SECONDS: '1', SNAPSHOT_INTERVAL_MS: '0' };
-    const first = await start(env);
-    const { did } = await launch(first);
-    for (let i = 0; i < 30; i++) await first.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 });
-    await waitForHeld(target, 31);
-    await until('position saved', async () => (await metric(first, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
-    await new Promise((resolve) => setTimeout(resolve, 1_300));
-    first.child.kill('SIGUSR2');
-    await first.waitForLog((line) => line.includes('journal trimmed'), 10_000);
-    assert.equal(await first.stop(), 0);
-    await target.dropAfter(20); // e.g. the table restored from an older backup
-    const server = await start(env, first.dataDir);
-    await server.waitForLog((line) => line.includes('trimmed from the journal before this sink received them'), 10_000);
-    for (let i = 0; i < 5; i++) assert.equal((await server.post('/msv_cevt', { did, name: `n${i}`, timestamp: T0 })).status, 200);
-    const held = await waitForHeld(target, 25);
-    assert.deepEqual(held.records.map((r) => r.seq), [...Array.from({ length: 20 }, (_, i) => i + 1), 32, 33, 34, 35, 36]);
-    await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
+    const env = { ...target.env, DELIVERY_RETRY_MAX_MS: '100' };
+    const [a, b] = await Promise.all([start(env), start(env)]);
+    const write = async (server: TestServer, tag: string, n: number): Promise<void> => {
+      const { did } = await launch(server);
+      for (let i = 0; i < n; i++) assert.equal((await server.post('/msv_cevt', { did, name: `${tag}-${i}`, timestamp: T0 })).status, 200);
+    };
+    await Promise.all([write(a, 'a', 40), write(b, 'b', 40)]);
+    const mismatch = (l: string): boolean => l.includes('sink down') && l.includes('another journal');
+    const loser = await until('one of them stops with a mismatch', async () => [a, b].find((server) => server.logs().some(mismatch)) ?? null);
+    const winner = loser === a ? b : a;
+    // Both go on writing: writes are answered as usual, only the loser's delivery is stopped.
+    await Promise.all([write(a, 'a2', 20), write(b, 'b2', 20)]);
+    const line = loser.logs().find(mismatch)!;
+    assert.ok(line.includes('"level":50'), 'an error: an operator must act');
+    assert.ok(!winner.logs().some(mismatch), 'the winner saw no mismatch');
+    const exported = exportLines(winner.dataDir, 'events');
+    const held = await waitForHeld(target, exported.length);
+    assert.deepEqual(held.records, exported, 'the table holds exactly the winner\'s journal');
+    await until('the winner has no lag', async () => (await metric(winner, 'intake_sink_lag_records', { sink: 'postgres' })) === 0);
+    assert.equal(await metric(winner, 'intake_sink_up', { sink: 'postgres' }), 1);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(await metric(loser, 'intake_sink_up', { sink: 'postgres' }), 0, 'the loser stays down');
+    assert.deepEqual((await target.read()).records, exported);
+    assert.equal((await loser.request('/readyz')).status, 200);
   });
 
   test('SINK_POSTGRES_TABLE may name a schema: both are created when missing', async () => {

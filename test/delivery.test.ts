@@ -1,7 +1,8 @@
 // Delivery downstream (CONTRACT.md §11): one suite, run against every sink (NATS JetStream and
 // PostgreSQL), with the real servers. What a sink holds is compared with what
 // `npm run export -- events` prints: the same records, in seq order, each exactly once (NATS:
-// the same bytes). Outage tests stop a NATS or PostgreSQL server of their own, never the shared one.
+// the same bytes). Outage tests stop (or freeze, or restore from a backup) a NATS or PostgreSQL
+// server of their own, never the shared one.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { exportLines, KEY_A, KEY_B, launch, runCli, startServer, T0, type TestServer } from './helpers/server.ts';
@@ -86,7 +87,7 @@ function sinkSuite(harness: SinkHarness): void {
   };
   after(async () => {
     for (const server of servers) await server.kill();
-    for (const target of targets) await target.drop();
+    for (const target of targets) await target.cleanup();
   });
 
   test('every kind of write arrives exactly once, in seq order, as the exported line', async () => {
@@ -192,18 +193,137 @@ function sinkSuite(harness: SinkHarness): void {
   });
 
   test('a sink that lost its newest records (a restored backup, a crash of its host) gets them again, once each', async () => {
-    const target = await newTarget(undefined, { duplicateWindowMs: 100 });
-    const server = await start({ env: target.env });
+    const own = await harness.startOwnServer();
+    try {
+      const target = await newTarget(own, { duplicateWindowMs: 100 });
+      const server = await start({ env: { ...target.env, DELIVERY_RETRY_MAX_MS: '100' } });
+      const first = await writeEveryKind(server, 'a');
+      await assertSinkEqualsJournal(server, target);
+      // A backup of the sink's server (PostgreSQL: rows and intake's position row; NATS: the
+      // stream's store), then more records.
+      await own.backup();
+      await writeEveryKind(server, 'b');
+      const all = await assertSinkEqualsJournal(server, target);
+      assert.equal(await server.stop(), 0);
+      // The backup is restored: the sink loses everything after the first records, while
+      // intake saved a later position.
+      await own.restoreBackup();
+      assert.equal((await target.read()).records.length, first);
+      const again = await start({ dataDir: server.dataDir, env: target.env });
+      await again.waitForLog((line) => line.includes('holds fewer records than it confirmed'), 10_000);
+      await writeEveryKind(again, 'c');
+      assert.ok((await assertSinkEqualsJournal(again, target)) > all);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test('a stream or table deleted (and created again by intake) gets every record from seq 1, with or without a restart of intake', async () => {
+    const target = await newTarget();
+    const env = { ...target.env, DELIVERY_RETRY_MAX_MS: '100' };
+    let server = await start({ env });
     await writeEveryKind(server, 'a');
-    const all = await assertSinkEqualsJournal(server, target);
+    await assertSinkEqualsJournal(server, target);
+    await until('the position saved', async () => (await metric(server, 'intake_sink_lag_records', { sink: harness.name })) === 0);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+
+    // Deleted while intake runs: the next batch finds it gone, and intake creates it again.
+    await target.drop();
+    await writeEveryKind(server, 'b');
+    await assertSinkEqualsJournal(server, target);
+    await server.waitForLog((line) => line.includes('holds none of the records it confirmed'));
+
+    // Deleted while intake is stopped (e.g. the sink URL now names a fresh database).
     assert.equal(await server.stop(), 0);
-    // The sink loses everything after record 5, while intake saved a later position.
-    await target.dropAfter(5);
-    assert.equal((await target.read()).records.length, 5);
-    const again = await start({ dataDir: server.dataDir, env: target.env });
-    await again.waitForLog((line) => line.includes('holds fewer records than it confirmed'), 10_000);
-    await writeEveryKind(again, 'b');
-    assert.ok((await assertSinkEqualsJournal(again, target)) > all);
+    await target.drop();
+    server = await start({ dataDir: server.dataDir, env });
+    await assertSinkEqualsJournal(server, target);
+    await writeEveryKind(server, 'c');
+    await assertSinkEqualsJournal(server, target);
+    await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: harness.name })) === 0);
+  });
+
+  test('a consumer that removes what it reads gets every record exactly once, across dropped connections and intake crashes', async () => {
+    const own = await harness.startOwnServer();
+    try {
+      // NATS: a WorkQueue stream (a message goes once acknowledged) with a 100 ms duplicate
+      // window, so the msg-id dedupe cannot hide a record sent twice. PostgreSQL: DELETE … RETURNING.
+      const target = await newTarget(own, { duplicateWindowMs: 100, removes: true });
+      const env = { ...target.env, DELIVERY_BATCH_RECORDS: '50', DELIVERY_RETRY_MAX_MS: '100' };
+      const consumer = target.consume();
+      let server = await start({ env });
+      const { did } = await launch(server);
+      let load = keepWriting(server, did, 8);
+      /** Waits until the consumer got `n` more records. */
+      const more = async (n: number): Promise<void> => {
+        const target = consumer.seqs().length + n;
+        await until(`the consumer got ${target} records`, async () => consumer.seqs().length >= target, 30_000);
+      };
+      // Intake's connection dropped under load (PostgreSQL: its backend ended; NATS: the server
+      // restarted): the sink holds little or nothing of what it was given when intake is back.
+      for (let round = 1; round <= 3; round++) {
+        await more(200);
+        await harness.dropConnections(own);
+      }
+      // Intake killed under load, and the consumer takes everything before it starts again:
+      // the sink holds nothing, and the position intake saved is behind what the sink got.
+      for (let crash = 1; crash <= 3; crash++) {
+        await more(200);
+        await server.kill();
+        await load.stop();
+        let seen = -1;
+        let since = 0;
+        await until('the consumer took everything (nothing new for 500 ms)', async () => {
+          const now = consumer.seqs().length;
+          if (now !== seen) [seen, since] = [now, performance.now()];
+          return performance.now() - since > 500;
+        });
+        server = await start({ dataDir: server.dataDir, env });
+        load = keepWriting(server, did, 8);
+      }
+      await more(200);
+      await load.stop();
+      const exported = exportLines<{ seq: number }>(server.dataDir, 'events').map((r) => r.seq);
+      await until('every record consumed', async () => consumer.seqs().length >= exported.length, 30_000);
+      await until('no lag', async () => (await metric(server, 'intake_sink_lag_records', { sink: harness.name })) === 0);
+      await new Promise((resolve) => setTimeout(resolve, 500)); // a record sent twice would show up
+      const seqs = await consumer.stop();
+      assert.deepEqual([...seqs].sort((a, b) => a - b), exported, 'every record once');
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test('the sink server frozen (SIGSTOP) under writes: marked down and stalled within the stall timeout, then everything once, in order', async () => {
+    const own = await harness.startOwnServer();
+    try {
+      const target = await newTarget(own, { duplicateWindowMs: 100 });
+      const server = await start({ env: { ...target.env, DELIVERY_STALL_TIMEOUT_MS: '1000', DELIVERY_RETRY_MAX_MS: '200', DELIVERY_BATCH_RECORDS: '100' } });
+      const { did } = await launch(server);
+      const load = keepWriting(server, did, 8);
+      await until('delivery under way', async () => ((await metric(server, 'intake_sink_delivered_seq', { sink: harness.name })) ?? 0) > 200);
+      assert.equal((await metric(server, 'intake_sink_stalls_total', { sink: harness.name })) ?? 0, 0);
+      // The connection stays open and nothing answers: no error ever comes (NATS would wait 10 s
+      // for an ack, PostgreSQL 30 s for a query).
+      own.freeze();
+      const frozenAt = performance.now();
+      await until('sink down', async () => (await metric(server, 'intake_sink_up', { sink: harness.name })) === 0, 10_000);
+      const downAfterMs = performance.now() - frozenAt;
+      assert.ok(downAfterMs < 3_000, `down after ${Math.round(downAfterMs)} ms`);
+      assert.ok((await metric(server, 'intake_sink_stalls_total', { sink: harness.name }))! >= 1);
+      const stalled = server.logs().filter((line) => line.includes(`"sink":"${harness.name}"`) && line.includes('sink stalled'));
+      assert.equal(stalled.length, 1, 'one "sink stalled" line per outage');
+      assert.ok(stalled[0]!.includes('"level":50'), 'logged as an error');
+      await new Promise((resolve) => setTimeout(resolve, 2_000)); // retries meet the frozen server too
+      own.resume();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const ok = await load.stop();
+      assert.ok(ok > 300, `${ok} writes answered 200`);
+      await assertSinkEqualsJournal(server, target, 60_000);
+      await until('sink up', async () => (await metric(server, 'intake_sink_up', { sink: harness.name })) === 1);
+    } finally {
+      await own.stop();
+    }
   });
 
   test('retention keeps an undelivered tail, and trims it once delivered', async () => {

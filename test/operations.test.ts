@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createKey, KeyError, revokeKey, storedKeys } from '../src/auth/key-store.ts';
+import { createKey, KeyError, LmdbKeys, revokeKey, storedKeys } from '../src/auth/key-store.ts';
 import { SETTINGS } from '../src/config/settings.ts';
 import { openStore, STORE_FILE } from '../src/journal/store.ts';
 import { serverCommand } from '../bench/lib/servers.ts';
@@ -95,7 +95,7 @@ describe('keys CLI', () => {
   test('keys are stored hashed: the data file holds the 12-character prefix, never the key', async () => {
     const dataDir = tempDataDir();
     const store = openStore(dataDir);
-    const key = await createKey(store, 'ws');
+    const key = await createKey(new LmdbKeys(store), 'ws');
     await store.close();
     const file = readFileSync(join(dataDir, STORE_FILE));
     assert.ok(file.includes(Buffer.from(key.slice(0, 12))), 'the prefix is there');
@@ -109,8 +109,8 @@ describe('keys CLI', () => {
       const now = Date.now();
       await store.keys.put('hash-1', { workspace: 'a', prefix: 'ABCDEFGH1111', createdAt: now, revokedAt: null });
       await store.keys.put('hash-2', { workspace: 'b', prefix: 'ABCDEFGH2222', createdAt: now, revokedAt: null });
-      await assert.rejects(revokeKey(store, 'ABCDEFGH'), (e: unknown) => e instanceof KeyError && /ambiguous/.test(e.message));
-      const revoked = await revokeKey(store, 'ABCDEFGH2');
+      await assert.rejects(revokeKey(new LmdbKeys(store), 'ABCDEFGH'), (e: unknown) => e instanceof KeyError && /ambiguous/.test(e.message));
+      const revoked = await revokeKey(new LmdbKeys(store), 'ABCDEFGH2');
       assert.equal(revoked.workspace, 'b');
       assert.deepEqual(storedKeys(store).map((k) => k.revokedAt === null), [true, false]);
     } finally {

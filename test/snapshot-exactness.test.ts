@@ -281,8 +281,9 @@ describe('snapshot exactness', () => {
     const { store, workspaces, journal, writer, intake, close } = openRig(tempDataDir(), 1);
     const workload = new Workload(intake, workspaces, seededRandom(11));
     try {
-      // Enough devices for several chunks (a chunk holds 250 entries).
-      for (let i = 0; i < 6000; i++) workload.step();
+      // Enough entities for many chunks (a chunk holds 250 entries): the abort below must land
+      // while the walk is still going (with 3 chunks it sometimes finished first, a flaky test).
+      for (let i = 0; i < 40000; i++) workload.step();
       const first = await writer.snapshot('first');
       assert.ok(first && first.chunks > 1);
       for (let i = 0; i < 300; i++) workload.step();

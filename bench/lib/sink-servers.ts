@@ -4,7 +4,7 @@
 // 5432 are never touched. Binaries: NATS_SERVER_BIN (default /usr/sbin/nats-server) and
 // POSTGRES_BIN_DIR (default /usr/lib/postgresql/15/bin).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -73,6 +73,19 @@ export interface OwnServer {
   kill(): Promise<void>;
   /** Starts it again on the same port with the same data. */
   start(): Promise<void>;
+  /** SIGSTOP (PostgreSQL: the postmaster and every backend): connections stay open, nothing answers until resume(). */
+  freeze(): void;
+  resume(): void;
+  /** Stops the server, copies its data directory aside (a backup), and starts it again. */
+  backup(): Promise<void>;
+  /** Stops the server, puts the backup's data directory in place (losing what came after it), and starts it again. */
+  restoreBackup(): Promise<void>;
+}
+
+/** Copies `from` to `to` (replacing it), keeping owners and modes. */
+function copyDir(from: string, to: string): void {
+  rmSync(to, { recursive: true, force: true });
+  run(['cp', '-a', from, to]);
 }
 
 export interface NatsOptions {
@@ -82,9 +95,6 @@ export interface NatsOptions {
 
 export interface OwnNats extends OwnServer {
   restartWith(options: NatsOptions): Promise<void>;
-  /** SIGSTOP: the server keeps its connections but answers nothing until resume(). */
-  freeze(): void;
-  resume(): void;
 }
 
 /** `nats-server -js` on a free port, its JetStream store in a temporary directory. */
@@ -127,6 +137,16 @@ export async function startOwnNats(options: NatsOptions = {}): Promise<OwnNats> 
     start,
     freeze: () => child?.kill('SIGSTOP'),
     resume: () => child?.kill('SIGCONT'),
+    async backup() {
+      await stop();
+      copyDir(join(dir, 'js'), join(dir, 'js-backup'));
+      await start();
+    },
+    async restoreBackup() {
+      await stop();
+      copyDir(join(dir, 'js-backup'), join(dir, 'js'));
+      await start();
+    },
     async restartWith(opts) {
       await stop();
       configure(opts);
@@ -167,18 +187,36 @@ export async function startOwnPostgres(options: PostgresOptions = {}): Promise<O
     running = true;
     await waitFor(`postgres on ${port}`, () => canConnect(port));
   };
+  const postmaster = (): number => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  /** The postmaster and its children (backends, background workers). */
+  const signalAll = (signal: NodeJS.Signals): void => {
+    try {
+      const pid = postmaster();
+      const children = spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number);
+      for (const target of signal === 'SIGSTOP' ? [pid, ...children] : [...children, pid]) {
+        try {
+          process.kill(target, signal);
+        } catch {
+          // gone meanwhile
+        }
+      }
+    } catch {
+      // not running
+    }
+  };
   const stopWith = async (mode: 'fast' | 'immediate'): Promise<void> => {
     if (!running) return;
     running = false;
+    signalAll('SIGCONT'); // a frozen server cannot act on pg_ctl's signal
     run(asPostgres('pg_ctl', ['-D', data, '-w', '-m', mode, 'stop']));
   };
   cleanups.push(() => {
+    signalAll('SIGCONT');
     const kill = asPostgres('pg_ctl', ['-D', data, '-m', 'immediate', 'stop']);
     spawnSync(kill[0]!, kill.slice(1));
     rmSync(dir, { recursive: true, force: true });
   });
   await start();
-  const postmaster = (): number => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
@@ -192,5 +230,17 @@ export async function startOwnPostgres(options: PostgresOptions = {}): Promise<O
     stop: () => stopWith('fast'),
     kill: () => stopWith('immediate'),
     start,
+    freeze: () => signalAll('SIGSTOP'),
+    resume: () => signalAll('SIGCONT'),
+    async backup() {
+      await stopWith('fast');
+      copyDir(data, join(dir, 'data-backup'));
+      await start();
+    },
+    async restoreBackup() {
+      await stopWith('fast');
+      copyDir(join(dir, 'data-backup'), data);
+      await start();
+    },
   };
 }

@@ -1,6 +1,7 @@
 // How a live write ends: accepted (applied to memory, journaled, answered 200 once durable),
 // refused (a 422 answered once every write it may have observed is durable), or, for a retry
-// with a known Idempotency-Key, answered as the first one was (CONTRACT.md §10).
+// with a known Idempotency-Key, answered as the first one was (CONTRACT.md §10). Once the
+// journal has failed, every write that reaches one of these ends in 503 instead.
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
 import type { CommitWaiter, Journal } from '../journal/journal.ts';
@@ -43,18 +44,24 @@ export class Acceptor {
   ) {}
 
   accept(record: JournalRecord, reply: Reply, body: string): void {
+    if (this.journalHasFailed(reply)) return;
     applyRecord(this.workspaces, this.interner, record);
-    this.journalApplied(record, reply, body);
+    this.append(record, reply, body);
   }
 
   /** For a write whose change to memory was already made (a staged mapping's commit). */
   journalApplied(record: JournalRecord, reply: Reply, body: string): void {
+    if (this.journalHasFailed(reply)) return;
+    this.append(record, reply, body);
+  }
+
+  private append(record: JournalRecord, reply: Reply, body: string): void {
     reply.succeed(body);
     const claim = reply.idempotency;
     // One record, one fsync: the key travels in the write's own record.
     if (claim !== null) record.idem = claim.recordBytes();
     const seq = this.journal.append(record, reply);
-    if (claim !== null) this.keys.remember(claim, seq, record.at);
+    if (claim !== null && seq !== 0) this.keys.remember(claim, seq, record.at);
   }
 
   /**
@@ -66,6 +73,7 @@ export class Acceptor {
   retried(reply: Reply, launch = false): boolean {
     const claim = reply.idempotency;
     if (claim === null) return false;
+    if (this.journalHasFailed(reply)) return true;
     const n = this.keys.find(claim, Math.floor(Date.now() / 1000));
     if (n < 0) return false;
     if (!this.keys.sameRequest(n, claim)) {
@@ -74,17 +82,10 @@ export class Acceptor {
       return true;
     }
     const seq = this.keys.seqOf(n);
-    // A first write not durable yet is waited for. If the journal failed, it never will be
-    // (found by review: a duplicate queued behind a mapping got a 200 for a lost write).
-    const pending = seq > this.journal.durableSeq;
-    const failure = this.journal.failed;
-    if (pending && failure !== null) {
-      reply.failed(failure);
-      return true;
-    }
     this.retries.replays++;
     reply.replay(launch ? () => this.launchAnswer(seq) : () => SUCCESS_BODY);
-    if (!pending) reply.committed();
+    // A first write not durable yet is waited for (and if its commit fails, so does this).
+    if (seq <= this.journal.durableSeq) reply.committed();
     else if (!this.journal.afterPending(reply)) reply.failed(new Error(`journal record ${seq} is neither durable nor pending`));
     return true;
   }
@@ -96,7 +97,23 @@ export class Acceptor {
   }
 
   refuse(details: ValidationDetail[], reply: Reply): void {
+    if (this.journalHasFailed(reply)) return;
     reply.reject(details);
     if (!this.journal.afterPending(reply)) reply.committed();
+  }
+
+  /**
+   * The one gate of live writes once the journal has failed (disk full, I/O error): nothing is
+   * applied to memory or journaled, and no 422 or replay is answered (the state it would be
+   * judged against may hold writes that were lost). The write gets 503 (reply.failed). The HTTP
+   * layer checks too, but only when a request is dispatched: a catalog write queued behind a
+   * mapping in a worker runs later (found in issue 17: it was applied, journaled by a later,
+   * smaller commit that succeeded, and answered 200).
+   */
+  private journalHasFailed(reply: Reply): boolean {
+    const failure = this.journal.failed;
+    if (failure === null) return false;
+    reply.failed(failure);
+    return true;
   }
 }

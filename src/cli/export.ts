@@ -9,7 +9,7 @@ import { collectionViews, customerViews, deviceView, productViews } from '../act
 import { exportRecord } from '../journal/export-line.ts';
 import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
-import { recover } from '../journal/recovery.ts';
+import { JournalGap, recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
 import { NdjsonWriter } from './output.ts';
 
@@ -135,7 +135,7 @@ async function run(args: ExportArgs): Promise<void> {
     else if (args.what === 'events') await printEvents(store, args, out, args.since, null, () => false);
     else {
       const workspaces = new Workspaces();
-      recover(store, workspaces, new ProfileInterner());
+      recover(store, workspaces, new ProfileInterner(), null, args.dataDir);
       for (const ws of workspaces.all()) {
         if (args.workspace !== null && ws.name !== args.workspace) continue;
         if (args.what === 'devices') for (const d of ws.devices.values()) await out.write(deviceView(ws.name, d));
@@ -163,6 +163,10 @@ try {
     if (error.message !== '') process.stderr.write(`export: ${error.message}\n`);
     process.stderr.write(USAGE);
     process.exit(error.message === '' ? 0 : 2);
+  }
+  if (error instanceof JournalGap) {
+    process.stderr.write(`export: ${error.message}\n`);
+    process.exit(1);
   }
   throw error;
 }

@@ -4,14 +4,26 @@
 // 50 ms up to DELIVERY_RETRY_MAX_MS), connect again and ask the sink what it holds before going
 // on; log "back" once it confirms again. The loop holds one batch at a time, whatever the lag.
 //
-// Where a sink resumes: what the sink itself holds (its newest record) when it holds any, else
-// the position saved in LMDB. The saved position is written at most every 200 ms, so after a
-// crash it may be behind; the sink's own head is exact, and delivering a record again is refused
-// by the sink (PostgreSQL's primary key, JetStream's expected sequence).
+// Where a sink resumes: where the sink says it stands (Sink.open), given the last record it
+// confirmed as the loop knows it: kept in memory (exact across reconnects of one process) and
+// saved in LMDB with the sink's marker (for a restart): after every batch when the sink keeps no
+// position of its own (NATS), at most every 200 ms when it does (PostgreSQL). A sink that holds
+// nothing (a new or recreated stream or table) gets the whole retained journal; one that removed
+// what it was given (a WorkQueue stream, a consumer deleting rows) does not get it again.
+//
+// Every sink call (open, deliver, close) has a deadline, DELIVERY_STALL_TIMEOUT_MS: a server that
+// keeps the connection but answers nothing (frozen, a hung disk) must not keep the sink "up". Past
+// the deadline the loop counts a stall, marks the sink down, drops the connection and retries as
+// for an outage. The call it gave up on may still finish later; that is harmless: the sink's
+// close() cuts it off from the next connection's state (Sink.close), and on the server side
+// whatever it stored is where the next open() looks (NATS: every message expects its exact
+// predecessor, so a late one lands in its place in the chain or nowhere; PostgreSQL: the next
+// open() ends the abandoned connection's backend before it reads the position, a row is stored
+// once (primary key, verified), and the position row never moves backwards).
 import type { Logger } from '../telemetry/logger.ts';
 import type { DurableSignal } from './durable-signal.ts';
 import type { JournalReader } from './journal-reader.ts';
-import { UndeliverableRecordError, SinkMismatchError, type Sink } from './sink.ts';
+import { UndeliverableRecordError, SinkMismatchError, SinkStallError, type Confirmed, type Sink, type SinkMarker } from './sink.ts';
 
 export interface DeliveryOptions {
   batchRecords: number;
@@ -19,6 +31,8 @@ export interface DeliveryOptions {
   retryMaxMs: number;
   /** With less than a full batch ready, wait this long for more before delivering (0: never). */
   lingerMs: number;
+  /** A sink call (open, deliver, close) not done after this is given up on: a stall. */
+  stallTimeoutMs: number;
 }
 
 /** What the loop tells the main thread (metrics). */
@@ -27,12 +41,15 @@ export interface DeliveryReport {
   delivered(sink: string, seq: number, records: number, seconds: number): void;
   /** Where the sink was found when delivery (re)connected. */
   position(sink: string, seq: number): void;
+  /** A sink call did not return within the stall timeout. */
+  stalled(sink: string): void;
 }
 
-/** The sinks' positions in LMDB. */
+/** The sinks' positions in LMDB: the last record each confirmed, with the sink's marker. */
 export interface Positions {
-  get(id: string): number;
-  save(id: string, seq: number): Promise<unknown>;
+  /** null: nothing saved (never delivered). */
+  get(id: string): Confirmed | null;
+  save(id: string, confirmed: Confirmed): Promise<unknown>;
 }
 
 const RETRY_FIRST_MS = 50;
@@ -57,12 +74,19 @@ export class DeliveryLoop {
   private readonly log: Logger;
   /** The seq of the last record the sink confirmed. */
   private position = 0;
+  /** The sink's marker of `position`. */
+  private marker: SinkMarker | null = null;
+  /** What the sink confirmed last, as open() is told: null until anything was (LMDB says). */
+  private confirmed: Confirmed | null;
   private savedPosition = -1;
+  private savedMarker: SinkMarker | null = null;
   private savedAt = 0;
   private opened = false;
   /** null until the first attempt says which. */
   private up: boolean | null = null;
   private downSince = 0;
+  /** What this outage logged so far: each kind of failure once per outage. */
+  private readonly logged = new Set<'outage' | 'operator' | 'stall'>();
   private stopping = false;
   private interruptSleep: (() => void) | null = null;
   private running: Promise<void> | null = null;
@@ -75,6 +99,7 @@ export class DeliveryLoop {
     this.options = options;
     this.report = report;
     this.log = log;
+    this.confirmed = positions.get(sink.id);
   }
 
   start(): void {
@@ -88,7 +113,7 @@ export class DeliveryLoop {
     this.durable.wake();
     await this.running;
     await this.savePosition();
-    await this.sink.close();
+    await this.closeSink();
   }
 
   private async run(): Promise<void> {
@@ -99,7 +124,7 @@ export class DeliveryLoop {
         let batch = this.read();
         if (batch.length === 0) {
           this.markUp(); // reachable, and nothing to deliver
-          if (this.position !== this.savedPosition) await this.savePosition();
+          await this.savePosition();
           if (this.durable.value > this.position) await this.skipTrimmed();
           else await this.durable.waitBeyond(this.position, IDLE_WAIT_MS);
           continue;
@@ -115,16 +140,19 @@ export class DeliveryLoop {
           this.log.warn({ sink: this.sink.kind, missing: [this.position + 1, first - 1] }, 'records were trimmed from the journal before this sink received them');
         }
         const startedAt = performance.now();
-        const confirmed = await this.sink.deliver(batch);
-        this.position = batch[confirmed - 1]!.seq;
-        this.report.delivered(this.sink.kind, this.position, confirmed, (performance.now() - startedAt) / 1000);
+        const delivered = await this.call('deliver', () => this.sink.deliver(batch));
+        this.position = batch[delivered.records - 1]!.seq;
+        this.marker = delivered.marker;
+        this.confirmed = { seq: this.position, marker: this.marker };
+        this.report.delivered(this.sink.kind, this.position, delivered.records, (performance.now() - startedAt) / 1000);
         this.markUp();
         retryMs = RETRY_FIRST_MS;
-        if (performance.now() - this.savedAt >= SAVE_EVERY_MS) void this.savePosition();
+        if (!this.sink.keepsPosition || performance.now() - this.savedAt >= SAVE_EVERY_MS) void this.savePosition();
       } catch (error) {
+        if (error instanceof SinkStallError) this.report.stalled(this.sink.kind);
         this.markDown(error);
         this.opened = false;
-        await this.sink.close();
+        await this.closeSink();
         await this.sleep(retryMs);
         retryMs = Math.min(retryMs * 2, this.options.retryMaxMs);
       }
@@ -152,31 +180,61 @@ export class DeliveryLoop {
     return this.reader.read(this.position, this.durable.value, this.options.batchRecords, this.options.batchBytes);
   }
 
+  /**
+   * Runs one sink call with the stall deadline. A call given up on keeps running; its result or
+   * error is dropped (see the top of this file for why that is harmless).
+   */
+  private async call<T>(what: string, run: () => Promise<T>): Promise<T> {
+    const timeoutMs = this.options.stallTimeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    const work = run();
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new SinkStallError(`${what} did not return within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([work, deadline]);
+    } finally {
+      clearTimeout(timer);
+      work.catch(() => undefined);
+    }
+  }
+
+  /** close() with the deadline too (a frozen server may never say goodbye); not counted as a stall. */
+  private async closeSink(): Promise<void> {
+    try {
+      await this.call('close', () => this.sink.close());
+    } catch {
+      // given up on: the connection is dropped on our side all the same
+    }
+  }
+
   /** Connects and finds where the sink is. */
   private async open(): Promise<void> {
-    const head = await this.sink.open();
-    const saved = this.positions.get(this.sink.id);
-    let start = saved;
-    if (head !== null) {
-      const durable = this.durable.value;
-      if (head.seq > durable) {
-        throw new SinkMismatchError(`${this.sink.id} holds seq ${head.seq}, but this journal's last record is ${durable}: it belongs to another journal`);
+    const confirmed = this.confirmed;
+    const found = await this.call('open', () => this.sink.open(confirmed));
+    const durable = this.durable.value;
+    if (found.seq > durable) {
+      throw new SinkMismatchError(`${this.sink.id} holds seq ${found.seq}, but this journal's last record is ${durable}: it belongs to another journal`);
+    }
+    if (found.matches !== null && found.seq > 0) {
+      const own = this.reader.record(found.seq);
+      if (own !== null && !found.matches(own)) {
+        throw new SinkMismatchError(`${this.sink.id} holds a different record ${found.seq} than this journal: it belongs to another journal`);
       }
-      const own = this.reader.record(head.seq);
-      if (own !== null && !head.matches(own)) {
-        throw new SinkMismatchError(`${this.sink.id} holds a different record ${head.seq} than this journal: it belongs to another journal`);
-      }
-      if (head.seq < saved) {
-        this.log.warn({ sink: this.sink.kind, held: head.seq, confirmed: saved }, 'the sink holds fewer records than it confirmed; delivering the missing ones again');
-      }
-      start = head.seq;
+    }
+    const before = confirmed?.seq ?? 0;
+    if (found.how === 'new' && before > 0) {
+      this.log.warn({ sink: this.sink.kind, id: this.sink.id, confirmed: before }, 'the sink holds none of the records it confirmed (a new, recreated or deleted stream or table, another database): delivering the retained journal from its first record');
+    } else if (found.seq < before) {
+      this.log.warn({ sink: this.sink.kind, held: found.seq, confirmed: before }, 'the sink holds fewer records than it confirmed; delivering the missing ones again');
     }
     const firstStored = this.reader.firstSeq();
-    if (this.up === null) this.log.info({ sink: this.sink.kind, id: this.sink.id, from: start + 1, journalFirst: firstStored }, 'delivering to sink');
-    this.position = start;
-    this.savedPosition = saved;
+    if (this.up === null) this.log.info({ sink: this.sink.kind, id: this.sink.id, from: found.seq + 1, how: found.how, journalFirst: firstStored }, 'delivering to sink');
+    this.position = found.seq;
+    this.marker = found.marker;
+    this.confirmed = { seq: found.seq, marker: found.marker };
     this.opened = true;
-    this.report.position(this.sink.kind, start);
+    this.report.position(this.sink.kind, found.seq);
     await this.savePosition();
     // Reachable. After an outage "back" waits for a confirmed batch (or nothing to deliver):
     // a sink that connects but refuses every batch must not log down, back, down, back...
@@ -188,30 +246,41 @@ export class DeliveryLoop {
     if (this.up === true) return;
     const wasDown = this.up === false;
     this.up = true;
+    this.logged.clear();
     this.report.state(this.sink.kind, true);
     if (wasDown) this.log.info({ sink: this.sink.kind, downMs: Math.round(performance.now() - this.downSince), seq: this.position }, 'sink back: delivering again');
   }
 
   private markDown(error: unknown): void {
-    if (this.up === false) {
+    if (this.up !== false) {
+      this.up = false;
+      this.downSince = performance.now();
+      this.report.state(this.sink.kind, false);
+    }
+    // Once per outage and kind: an operator must hear of a mismatch or an oversized record (an
+    // error) and of a stall (an error: a server that holds connections and answers nothing
+    // needs a look) also when the sink was already down for an ordinary reason; an ordinary
+    // reason (a warning) is logged only as the first line of an outage.
+    const kind = error instanceof SinkStallError ? 'stall' : error instanceof SinkMismatchError || error instanceof UndeliverableRecordError ? 'operator' : 'outage';
+    if (this.logged.has(kind) || (kind === 'outage' && this.logged.size > 0)) {
       this.log.debug({ sink: this.sink.kind, err: message(error) }, 'sink still down');
       return;
     }
-    this.up = false;
-    this.downSince = performance.now();
-    this.report.state(this.sink.kind, false);
-    // Once per outage. A mismatch or an oversized record needs an operator: an error, not a warning.
-    const needsOperator = error instanceof SinkMismatchError || error instanceof UndeliverableRecordError;
-    this.log[needsOperator ? 'error' : 'warn']({ sink: this.sink.kind, err: message(error), seq: this.position }, 'sink down: delivery paused (writes go on), retrying');
+    this.logged.add(kind);
+    const fields = { sink: this.sink.kind, err: message(error), seq: this.position };
+    if (kind === 'stall') this.log.error(fields, `sink stalled: ${message(error)}; dropped the connection, delivery paused (writes go on), retrying`);
+    else this.log[kind === 'operator' ? 'error' : 'warn'](fields, 'sink down: delivery paused (writes go on), retrying');
   }
 
   private async savePosition(): Promise<void> {
     const seq = this.position;
-    if (seq === this.savedPosition) return;
+    const marker = this.marker;
+    if (seq === this.savedPosition && marker === this.savedMarker) return;
     this.savedPosition = seq;
+    this.savedMarker = marker;
     this.savedAt = performance.now();
     try {
-      await this.positions.save(this.sink.id, seq);
+      await this.positions.save(this.sink.id, { seq, marker });
     } catch (error) {
       this.log.error({ sink: this.sink.kind, err: message(error) }, 'saving the delivery position failed');
     }

@@ -1,17 +1,44 @@
 // The PostgreSQL sink: one row per record in SINK_POSTGRES_TABLE
 // (seq bigint primary key, workspace, kind, at, did, sid, customer, data jsonb), a batch per
-// INSERT statement, so a batch is one transaction: it is stored whole or not at all, and rows
-// appear in seq order (a batch starts only after the one before it committed).
+// transaction: it is stored whole or not at all, and rows appear in seq order (a batch starts
+// only after the one before it committed).
 //
-// Exactly once: `seq` is the primary key and the insert says ON CONFLICT (seq) DO NOTHING, so a
-// batch delivered again (intake killed after the commit and before its position was saved) adds
-// nothing. open() reads the table's highest seq, so delivery resumes right after it.
+// Where delivery resumes: the sink database keeps it. A table `intake_sink_positions` in the
+// sink table's schema holds, per table name, the table's oid, the seq of the last record stored
+// and a hash of that record's exported line; each batch updates it in the same statement as its
+// rows. open() resumes at that row when it names the table that exists now (its oid): rows a
+// consumer deleted since are not delivered again, exactly, also across crashes. A table dropped
+// and recreated (a new oid), or a new database (no row), gets every retained record; a table
+// from before this position table (rows, no position row) resumes after its highest seq.
+//
+// Exactly once: `seq` is the primary key and the insert says ON CONFLICT (seq) DO NOTHING, which
+// absorbs a batch stored twice (the late commit of one given up on). But every row already there
+// is compared with the one being delivered: a different one means the table holds another
+// journal's records (another intake writing to it): nothing is stored and delivery stops with
+// SinkMismatchError. A row another connection committed meanwhile (not in the statement's
+// snapshot, skipped by the conflict clause) rolls the batch back; the retry compares it.
+//
+// A connection the loop gave up on (a stall) may still be running its last statement: the next
+// open() ends its backend and waits until it is gone before it reads the position, so the
+// position it reads is final; the position row never moves backwards either.
 //
 // PostgreSQL cannot store U+0000 in text or jsonb, nor an unpaired UTF-16 surrogate in jsonb;
 // JSON allows both. Such characters become U+FFFD in this sink (NATS gets the exact line). Rows
 // are inserted in seq order within a batch (jsonb_array_elements keeps the array's order).
+import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { SinkMismatchError, sinkId, type OutgoingRecord, type Sink, type SinkConfig, type SinkHead } from './sink.ts';
+import { SinkMismatchError, sinkId, type Delivered, type OutgoingRecord, type Sink, type SinkConfig, type SinkOpened } from './sink.ts';
+
+/** The table of positions, one per sink table, in the sink table's schema. */
+export const POSITIONS_TABLE = 'intake_sink_positions';
+/** How long open() waits for the backend of a connection it gave up on to be gone. */
+const ABANDONED_WAIT_MS = 5_000;
+const APPLICATION_NAME = 'intake-delivery';
+
+/** What the position row keeps of the record at its seq: a hash of its exported line. */
+export function recordHash(line: string): string {
+  return createHash('sha256').update(line).digest('hex');
+}
 
 const CONNECT_TIMEOUT_MS = 3_000;
 /** end() waits for the server's goodbye; a server that is gone may never send it. */
@@ -54,71 +81,177 @@ export function postgresRows(batch: readonly OutgoingRecord[]): string {
   return `[${batch.map((r) => (REFUSED_ESCAPE.test(r.line) ? JSON.stringify(cleanValue(JSON.parse(r.line))) : r.line)).join(',')}]`;
 }
 
+/** A backend of ours: its pid and start time (a pid alone may be reused). */
+interface Backend {
+  pid: number;
+  start: string;
+}
+
 export class PostgresSink implements Sink {
   readonly kind = 'postgres';
   readonly id: string;
+  readonly keepsPosition = true;
   private readonly url: string;
   private readonly table: string;
   private readonly quoted: string;
+  /** The table's name without its schema: its key in the positions table. */
+  private readonly tableName: string;
+  /** The positions table, in the sink table's schema. */
+  private readonly positions: string;
+  private readonly schema: string | null;
   private client: pg.Client | null = null;
+  private backend: Backend | null = null;
+  /** Backends of connections closed since: open() makes sure they are gone. */
+  private closedBackends: Backend[] = [];
+  /** Bumped by close(): a call given up on that finishes later leaves this object's state alone. */
+  private epoch = 0;
 
   constructor(config: Extract<SinkConfig, { kind: 'postgres' }>) {
     this.url = config.url;
     this.table = config.table;
     this.quoted = quoteTable(config.table);
+    const dot = config.table.indexOf('.');
+    this.schema = dot === -1 ? null : config.table.slice(0, dot);
+    this.tableName = dot === -1 ? config.table : config.table.slice(dot + 1);
+    this.positions = this.schema === null ? `"${POSITIONS_TABLE}"` : `"${this.schema}"."${POSITIONS_TABLE}"`;
     this.id = sinkId(config);
   }
 
-  async open(): Promise<SinkHead | null> {
+  async open(): Promise<SinkOpened> {
+    const epoch = this.epoch;
     const client = new pg.Client({
       connectionString: this.url,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       query_timeout: QUERY_TIMEOUT_MS,
       keepAlive: true,
-      application_name: 'intake-delivery',
+      application_name: APPLICATION_NAME,
     });
     // A connection lost between queries emits 'error'; the next query fails and the loop
     // reconnects. Without a listener the event would end the process.
     client.on('error', () => undefined);
-    this.client = client;
+    this.client = client; // close() ends it, also while it connects
     await client.connect();
-    const dot = this.table.indexOf('.');
-    if (dot !== -1) await client.query(`CREATE SCHEMA IF NOT EXISTS "${this.table.slice(0, dot)}"`);
+    const me = await client.query<{ pid: number; start: string }>('SELECT pid, backend_start::text AS start FROM pg_stat_activity WHERE pid = pg_backend_pid()');
+    if (epoch !== this.epoch) throw new Error('closed while opening');
+    this.backend = me.rows[0] ?? null;
+    await this.endClosedBackends(client);
+    if (this.schema !== null) await client.query(`CREATE SCHEMA IF NOT EXISTS "${this.schema}"`);
     await client.query(
       `CREATE TABLE IF NOT EXISTS ${this.quoted} (seq bigint PRIMARY KEY, workspace text NOT NULL, kind text NOT NULL, at bigint NOT NULL, did text, sid text, customer text, data jsonb NOT NULL)`,
     );
+    await client.query(`CREATE TABLE IF NOT EXISTS ${this.positions} (table_name text PRIMARY KEY, table_oid oid NOT NULL, seq bigint NOT NULL, record_hash text NOT NULL)`);
+    const position = await client.query<{ seq: string; record_hash: string; current: boolean; held: boolean }>(
+      `SELECT p.seq, p.record_hash, p.table_oid = to_regclass($2::text)::oid AS current, EXISTS (SELECT 1 FROM ${this.quoted} t WHERE t.seq = p.seq) AS held
+       FROM ${this.positions} p WHERE p.table_name = $1`,
+      [this.tableName, this.quoted],
+    );
+    const saved = position.rows[0];
+    if (saved !== undefined && saved.current) {
+      const seq = this.checkedSeq(saved.seq);
+      return { seq, how: saved.held ? 'holds' : 'consumed', matches: ({ line }) => recordHash(line) === saved.record_hash, marker: null };
+    }
+    // No position for this table (a new one, or one filled before positions were kept): its
+    // highest row, if any.
     const head = await client.query<{ seq: string; workspace: string; kind: string; at: string }>(
       `SELECT seq, workspace, kind, at FROM ${this.quoted} ORDER BY seq DESC LIMIT 1`,
     );
     const row = head.rows[0];
-    if (row === undefined) return null;
-    const seq = Number(row.seq);
-    if (!Number.isSafeInteger(seq) || seq < 1) throw new SinkMismatchError(`table ${this.table} holds seq ${row.seq}, which intake never writes`);
+    if (row === undefined) return { seq: 0, how: 'new', matches: null, marker: null };
     return {
-      seq,
+      seq: this.checkedSeq(row.seq),
+      how: 'holds',
       matches: ({ record }) => row.workspace === record.workspace && row.kind === record.kind && Number(row.at) === record.at,
+      marker: null,
     };
   }
 
-  async deliver(batch: readonly OutgoingRecord[]): Promise<number> {
+  private checkedSeq(value: string): number {
+    const seq = Number(value);
+    if (!Number.isSafeInteger(seq) || seq < 1) throw new SinkMismatchError(`table ${this.table} holds seq ${value}, which intake never writes`);
+    return seq;
+  }
+
+  /**
+   * Ends the backends of this sink's earlier connections that are still there (one the loop
+   * gave up on may still be running its last statement, or be about to commit it) and waits
+   * until they are gone: what they did is then all there is to see.
+   */
+  private async endClosedBackends(client: pg.Client): Promise<void> {
+    const deadline = performance.now() + ABANDONED_WAIT_MS;
+    while (this.closedBackends.length > 0) {
+      const still: Backend[] = [];
+      for (const backend of this.closedBackends) {
+        const found = await client.query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2 AND application_name = $3`,
+          [backend.pid, backend.start, APPLICATION_NAME],
+        );
+        if (found.rowCount !== 0) still.push(backend);
+      }
+      this.closedBackends = still;
+      if (still.length === 0) return;
+      if (performance.now() > deadline) throw new Error(`an earlier delivery connection (backend ${still[0]!.pid}) is still there after ${ABANDONED_WAIT_MS} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  async deliver(batch: readonly OutgoingRecord[]): Promise<Delivered> {
     const client = this.client;
+    const epoch = this.epoch;
     if (client === null) throw new Error('not connected to PostgreSQL');
+    const last = batch[batch.length - 1]!;
     // One parameter whatever the batch size: the exported lines, already JSON, as one array; the
     // server takes the columns out of it. (Eight array parameters cost the client a second
-    // serialization of every record plus node-postgres escaping each element.)
-    await client.query(
-      `INSERT INTO ${this.quoted} (seq, workspace, kind, at, did, sid, customer, data)
-       SELECT (r->>'seq')::bigint, r->>'workspace', r->>'kind', (r->>'at')::bigint, r->>'did', r->>'sid', r->>'customer', r->'data'
-       FROM jsonb_array_elements($1::jsonb) AS r
-       ON CONFLICT (seq) DO NOTHING`,
-      [postgresRows(batch)],
+    // serialization of every record plus node-postgres escaping each element.) In one
+    // statement: compare the rows already there (`held`; `bad` is the first that differs),
+    // insert the others and move the position, unless one differs.
+    await client.query('BEGIN');
+    const result = await client.query<{ inserted: number; held: number; bad: string | null }>(
+      `WITH input AS (
+         SELECT (r->>'seq')::bigint AS seq, r->>'workspace' AS workspace, r->>'kind' AS kind, (r->>'at')::bigint AS at,
+                r->>'did' AS did, r->>'sid' AS sid, r->>'customer' AS customer, r->'data' AS data
+         FROM jsonb_array_elements($1::jsonb) AS r
+       ),
+       held AS (
+         SELECT i.seq, (t.workspace, t.kind, t.at, t.did, t.sid, t.customer, t.data) IS NOT DISTINCT FROM (i.workspace, i.kind, i.at, i.did, i.sid, i.customer, i.data) AS same
+         FROM input i JOIN ${this.quoted} t ON t.seq = i.seq
+       ),
+       bad AS (SELECT min(seq) AS seq FROM held WHERE NOT same),
+       inserted AS (
+         INSERT INTO ${this.quoted} (seq, workspace, kind, at, did, sid, customer, data)
+         SELECT seq, workspace, kind, at, did, sid, customer, data FROM input WHERE (SELECT seq FROM bad) IS NULL
+         ON CONFLICT (seq) DO NOTHING
+         RETURNING 1
+       ),
+       position AS (
+         INSERT INTO ${this.positions} AS p (table_name, table_oid, seq, record_hash)
+         SELECT $2::text, to_regclass($3::text)::oid, $4::bigint, $5::text WHERE (SELECT seq FROM bad) IS NULL
+         ON CONFLICT (table_name) DO UPDATE SET table_oid = EXCLUDED.table_oid, seq = EXCLUDED.seq, record_hash = EXCLUDED.record_hash
+         -- never backwards (a late commit of a batch given up on), but a new table starts anew
+         WHERE p.table_oid IS DISTINCT FROM EXCLUDED.table_oid OR p.seq < EXCLUDED.seq
+         RETURNING 1
+       )
+       SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM held WHERE same)::int AS held, (SELECT seq FROM bad) AS bad`,
+      [postgresRows(batch), this.tableName, this.quoted, last.seq, recordHash(last.line)],
     );
-    return batch.length;
+    const { inserted, held, bad } = result.rows[0]!;
+    if (bad !== null || inserted + held !== batch.length) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      if (bad !== null) {
+        throw new SinkMismatchError(`table ${this.table} holds a different record ${bad} than this journal: it belongs to another journal (another intake writing to it?)`);
+      }
+      throw new Error(`table ${this.table}: ${batch.length - inserted - held} of records ${batch[0]!.seq}..${last.seq} were written by another connection meanwhile; comparing them again`);
+    }
+    await client.query('COMMIT');
+    if (epoch !== this.epoch) throw new Error('connection closed');
+    return { records: batch.length, marker: null };
   }
 
   async close(): Promise<void> {
     const client = this.client;
+    this.epoch++;
     this.client = null;
+    if (this.backend !== null) this.closedBackends.push(this.backend);
+    this.backend = null;
     if (client === null) return;
     const ended = client.end().catch(() => undefined);
     await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS).unref())]);

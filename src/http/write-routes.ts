@@ -92,10 +92,14 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, mapping
     },
     offload: (sizeBytes, encoding) => pool.shouldOffload(sizeBytes, encoding),
     handleRaw(request, bytes) {
+      const parsing = pool.parse(bytes, request.encoding, request.limitBytes, mappingMaxItems, request.idempotency !== null);
+      // Every worker busy and the queue full: 503 at once. No place in line was taken, nothing
+      // is kept, and a 503 depends on no write, so it need not wait for the writes before it.
+      if (parsing === null) return request.workersBusy(pool.retryAfterSeconds());
       const idDetails = validateIdParam(v, request.param);
       // The place in line is taken now, on arrival; the worker's result is applied in it.
       const fill = catalog.reserve(request.workspace, request);
-      pool.parse(bytes, request.encoding, request.limitBytes, mappingMaxItems, request.idempotency !== null).then(
+      parsing.then(
         (result) => fill(() => afterWorker(request, add, idDetails, result)),
         (error: unknown) => fill(() => request.crashed(error)),
       );

@@ -150,6 +150,7 @@ export class SinkMetrics {
   private readonly batchSeconds: client.Histogram<'sink'>;
   private readonly records: client.Counter<'sink'>;
   private readonly up: client.Gauge<'sink'>;
+  private readonly stalls: client.Counter<'sink'>;
 
   /** `durableSeq` is the journal's durable position; `saved` each sink's position at start. */
   constructor(registry: client.Registry, saved: ReadonlyMap<string, number>, durableSeq: () => number) {
@@ -184,6 +185,12 @@ export class SinkMetrics {
       registers: [registry],
     });
     this.records = new client.Counter({ name: 'intake_sink_delivered_records_total', help: 'journal records the sink confirmed since start', labelNames: ['sink'] as const, registers: [registry] });
+    this.stalls = new client.Counter({ name: 'intake_sink_stalls_total', help: 'sink calls given up on after DELIVERY_STALL_TIMEOUT_MS, and delivery worker restarts for a missing heartbeat', labelNames: ['sink'] as const, registers: [registry] });
+    for (const sink of saved.keys()) this.stalls.labels(sink).inc(0);
+  }
+
+  stalled(sink: string): void {
+    this.stalls.labels(sink).inc();
   }
 
   state(sink: string, up: boolean): void {

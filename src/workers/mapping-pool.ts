@@ -1,6 +1,14 @@
 // The piscina pool that takes big mapping bodies off the main thread. The body's bytes are
 // transferred to the worker (not copied); a task that takes too long is aborted, a worker that
 // dies (crash, heap limit) is replaced by piscina, and either way that request gets a 500.
+//
+// A task is handed to piscina only when a worker is free, so piscina's own queue stays empty, and
+// its timeout (MAPPING_WORKER_TIMEOUT_MS) starts when the worker says it started the task, not
+// while the task waits (issue 17: a burst of big or gzip mappings got 500 for requests that never
+// ran). Bodies wait in our own FIFO queue instead, bounded in tasks (MAPPING_WORKER_QUEUE_MAX)
+// and in bytes as received (MAPPING_WORKER_QUEUE_BYTES); when it is full, parse() refuses the
+// body at once and the request gets 503 with Retry-After.
+import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Encoding } from '../http/body.ts';
 import type { MappingTask, MappingTaskResult } from './mapping-result.ts';
@@ -11,10 +19,22 @@ export interface MappingPoolSettings {
   mappingWorkerThresholdBytes: number;
   mappingWorkerTimeoutMs: number;
   mappingWorkerMaxMemoryMb: number;
+  mappingWorkerQueueMax: number;
+  mappingWorkerQueueBytes: number;
 }
 
 /** How much lower the workers' scheduling priority is than the main thread's (Linux nice). */
 const WORKER_NICE_INCREMENT = 10;
+
+/** Retry-After of a refused body: the queue's expected wait, within these bounds (seconds). */
+const RETRY_AFTER_MIN_S = 1;
+const RETRY_AFTER_MAX_S = 60;
+/** What a task is assumed to take before any has finished; then a moving average (weight of the newest). */
+const FIRST_TASK_MS_GUESS = 1000;
+const TASK_MS_WEIGHT = 0.2;
+
+/** Entries already started are dropped from the front of the queue once there are this many. */
+const COMPACT_AFTER = 1024;
 
 /** A body's own ArrayBuffer (so it can be transferred), copying only when the Buffer is a view. */
 function ownBuffer(body: Buffer): ArrayBuffer {
@@ -22,9 +42,22 @@ function ownBuffer(body: Buffer): ArrayBuffer {
   return (whole ? body.buffer : body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength)) as ArrayBuffer;
 }
 
+interface Waiting {
+  task: Omit<MappingTask, 'started'>;
+  resolve(result: MappingTaskResult): void;
+  reject(error: unknown): void;
+}
+
 export class MappingPool {
   private readonly pool: Piscina<MappingTask, MappingTaskResult> | null;
   private readonly settings: MappingPoolSettings;
+  /** Tasks handed to piscina and not settled: at most one per worker. */
+  private running = 0;
+  private queue: Array<Waiting | null> = [];
+  private head = 0;
+  private queuedBytes = 0;
+  /** Moving average of how long a task takes in a worker, for Retry-After. */
+  private taskMs = FIRST_TASK_MS_GUESS;
 
   constructor(settings: MappingPoolSettings) {
     this.settings = settings;
@@ -53,16 +86,100 @@ export class MappingPool {
     return this.pool !== null && (sizeBytes > this.settings.mappingWorkerThresholdBytes || encoding === 'gzip');
   }
 
-  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): Promise<MappingTaskResult> {
+  /** Bodies waiting for a worker. */
+  get queued(): number {
+    return this.queue.length - this.head;
+  }
+
+  /**
+   * Hands the body to a free worker, or queues it for the next one. Returns null, keeping
+   * nothing, when every worker is busy and the queue is full (MAPPING_WORKER_QUEUE_MAX bodies,
+   * or this one would take it over MAPPING_WORKER_QUEUE_BYTES): the caller answers 503 with
+   * retryAfterSeconds().
+   */
+  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): Promise<MappingTaskResult> | null {
     if (this.pool === null) return Promise.reject(new Error('the mapping worker pool is off'));
+    const mustWait = this.running >= this.settings.mappingWorkers || this.queued > 0;
+    if (mustWait && (this.queued >= this.settings.mappingWorkerQueueMax || this.queuedBytes + body.byteLength > this.settings.mappingWorkerQueueBytes)) return null;
     const bytes = ownBuffer(body);
-    return this.pool.run(
-      { bytes, gzip: encoding === 'gzip', limitBytes, maxItems, fingerprint },
-      { transferList: [bytes], signal: AbortSignal.timeout(this.settings.mappingWorkerTimeoutMs) },
+    const task = { bytes, gzip: encoding === 'gzip', limitBytes, maxItems, fingerprint };
+    return new Promise<MappingTaskResult>((resolve, reject) => {
+      this.queue.push({ task, resolve, reject });
+      this.queuedBytes += bytes.byteLength;
+      this.startWaiting();
+    });
+  }
+
+  /** Whole seconds (1 to 60) until the queue has likely room again: what it holds, at the recent pace. */
+  retryAfterSeconds(): number {
+    const workers = Math.max(1, this.settings.mappingWorkers);
+    const seconds = Math.ceil((((this.queued + this.running) / workers) * this.taskMs) / 1000);
+    return Math.min(RETRY_AFTER_MAX_S, Math.max(RETRY_AFTER_MIN_S, seconds));
+  }
+
+  /** Starts queued tasks, oldest first, while a worker is free. */
+  private startWaiting(): void {
+    const pool = this.pool!;
+    while (this.running < this.settings.mappingWorkers && this.head < this.queue.length) {
+      const next = this.queue[this.head]!;
+      this.queue[this.head++] = null;
+      this.queuedBytes -= next.task.bytes.byteLength;
+      this.running++;
+      this.run(pool, next);
+    }
+    if (this.head >= COMPACT_AFTER) {
+      this.queue = this.queue.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  /**
+   * Hands one task to piscina (a worker is free, or being replaced after a failure). Its timeout
+   * starts when the worker says it has started the task: the time a replacement worker takes to
+   * start is not the task's (under load that can be seconds, and counting it made every task
+   * after a timeout time out too).
+   */
+  private run(pool: Piscina<MappingTask, MappingTaskResult>, waiting: Waiting): void {
+    const { port1, port2 } = new MessageChannel();
+    const abort = new AbortController();
+    const timeoutMs = this.settings.mappingWorkerTimeoutMs;
+    let startedAt = performance.now();
+    let timer: NodeJS.Timeout | null = null;
+    port1.once('message', () => {
+      startedAt = performance.now();
+      timer = setTimeout(() => abort.abort(new Error(`the mapping worker took longer than MAPPING_WORKER_TIMEOUT_MS (${timeoutMs} ms)`)), timeoutMs);
+    });
+    const task: MappingTask = { ...waiting.task, started: port2 };
+    const done = (): void => {
+      if (timer !== null) clearTimeout(timer);
+      port1.close();
+      this.taskDone(startedAt);
+    };
+    pool.run(task, { transferList: [task.bytes, port2], signal: abort.signal }).then(
+      (result) => {
+        done();
+        waiting.resolve(result);
+      },
+      (error: unknown) => {
+        done();
+        waiting.reject(error);
+      },
     );
   }
 
+  private taskDone(startedAt: number): void {
+    this.running--;
+    this.taskMs += (performance.now() - startedAt - this.taskMs) * TASK_MS_WEIGHT;
+    this.startWaiting();
+  }
+
+  /** Fails the bodies still waiting (the server is stopping), then ends the workers. */
   async close(): Promise<void> {
+    const waiting = this.queue.slice(this.head);
+    this.queue = [];
+    this.head = 0;
+    this.queuedBytes = 0;
+    for (const entry of waiting) entry?.reject(new Error('the mapping worker pool is closed'));
     await this.pool?.destroy();
   }
 }

@@ -1,4 +1,5 @@
 // What goes to a mapping worker and what comes back (both threads import these types).
+import type { MessagePort } from 'node:worker_threads';
 import type { Fingerprint } from '../idempotency/claim.ts';
 import type { ValidationDetail } from '../schemas/details.ts';
 
@@ -10,6 +11,8 @@ export interface MappingTask {
   maxItems: number;
   /** The request has an Idempotency-Key: return the fingerprint of the decoded body. */
   fingerprint: boolean;
+  /** Told (one message) when a worker starts the task: its timeout counts from then. */
+  started: MessagePort;
 }
 
 export type MappingTaskResult =

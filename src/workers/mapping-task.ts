@@ -46,6 +46,9 @@ function validatorFor(maxItems: number): BodyValidator {
 }
 
 export default function parseMapping(task: MappingTask): MappingTaskResult {
+  // The main thread starts this task's timeout now, not when it handed the task over (a
+  // replacement worker may still have been starting then).
+  task.started.postMessage(null);
   const encoding: Encoding = task.gzip ? 'gzip' : 'identity';
   const inflated = inflateBody(Buffer.from(task.bytes), encoding, task.limitBytes);
   if (!inflated.ok) return { kind: inflated.error, message: inflated.message };

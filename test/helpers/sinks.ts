@@ -3,7 +3,7 @@
 // fresh stream or table (on the shared server, or on one of our own for outage tests) and reads
 // back everything the sink holds, in the sink's own order, as the objects `export events` prints.
 import { randomBytes } from 'node:crypto';
-import { jetstream, jetstreamManager, JetStreamApiError } from '@nats-io/jetstream';
+import { AckPolicy, jetstream, jetstreamManager, JetStreamApiError, RetentionPolicy } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { startOwnNats, startOwnPostgres, type OwnServer } from '../../bench/lib/sink-servers.ts';
@@ -22,10 +22,19 @@ export interface Held {
 export interface SinkTarget {
   readonly env: Record<string, string>;
   read(): Promise<Held>;
-  /** Deletes what the sink holds after `seq` (a lost tail, or an operator's delete). */
+  /** Deletes what the sink holds after `seq` (an operator's delete: the sink removed records it was given). */
   dropAfter(seq: number): Promise<void>;
-  /** Removes the stream or table. */
+  /** Removes the stream or table, as an operator would (PostgreSQL: intake's position row stays). */
   drop(): Promise<void>;
+  /** drop(), and intake's position row too (the end of a test). */
+  cleanup(): Promise<void>;
+  /**
+   * A consumer that removes what it reads (PostgreSQL: DELETE … RETURNING; NATS: a pull consumer
+   * acking every message of a WorkQueue stream, see TargetOptions.removes), reconnecting when its
+   * server goes away. `stop()` resolves with the seqs it got, in the order it got them, one entry
+   * per record stored (a message the server redelivers because an ack was lost counts once).
+   */
+  consume(): { seqs(): number[]; stop(): Promise<number[]> };
 }
 
 export interface TargetOptions {
@@ -34,6 +43,8 @@ export interface TargetOptions {
    * ms), so that a test proves exactly-once without the window's help. PostgreSQL ignores it.
    */
   duplicateWindowMs?: number;
+  /** NATS: create the stream beforehand as a WorkQueue (a message goes once acknowledged). */
+  removes?: boolean;
 }
 
 export interface SinkHarness {
@@ -41,24 +52,67 @@ export interface SinkHarness {
   /** A fresh stream or table on `server` (default: the shared one). */
   target(server?: OwnServer, options?: TargetOptions): Promise<SinkTarget>;
   startOwnServer(): Promise<OwnServer>;
+  /**
+   * Breaks intake's delivery connections to `server` (our own): PostgreSQL ends their backends
+   * (pg_terminate_backend), NATS restarts the server.
+   */
+  dropConnections(server: OwnServer): Promise<void>;
 }
 
 const unique = (): string => randomBytes(5).toString('hex');
 const STREAM_NOT_FOUND = 10059;
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs `step` until stop() (retrying after an error: the server may be away); stop() waits for the last step. */
+function keepRunning(step: () => Promise<void>): { stop(): Promise<void> } {
+  let stopping = false;
+  const running = (async () => {
+    while (!stopping) {
+      try {
+        await step();
+      } catch {
+        await sleep(100);
+      }
+    }
+  })();
+  return {
+    async stop() {
+      stopping = true;
+      await running;
+    },
+  };
+}
 
 export const natsHarness: SinkHarness = {
   name: 'nats',
   startOwnServer: () => startOwnNats(),
+  async dropConnections(server) {
+    await server.stop();
+    await server.start();
+  },
   async target(server, options = {}) {
     const url = server?.url ?? SHARED_NATS_URL;
     const id = unique();
     const stream = `T_${id}`;
     const prefix = `t${id}`;
-    if (options.duplicateWindowMs !== undefined) {
+    if (options.duplicateWindowMs !== undefined || options.removes === true) {
       const nc = await connect({ servers: url, reconnect: false });
-      await (await jetstreamManager(nc)).streams.add({ name: stream, subjects: [`${prefix}.>`], duplicate_window: options.duplicateWindowMs * 1_000_000 });
+      await (await jetstreamManager(nc)).streams.add({
+        name: stream,
+        subjects: [`${prefix}.>`],
+        ...(options.duplicateWindowMs === undefined ? {} : { duplicate_window: options.duplicateWindowMs * 1_000_000 }),
+        ...(options.removes === true ? { retention: RetentionPolicy.Workqueue } : {}),
+      });
       await nc.close();
     }
+    const drop = async (): Promise<void> => {
+      try {
+        const nc = await connect({ servers: url, reconnect: false });
+        await (await jetstreamManager(nc)).streams.delete(stream).finally(() => nc.close());
+      } catch {
+        // never created, or the server is gone
+      }
+    };
     return {
       env: { SINK_NATS_URL: url, SINK_NATS_STREAM: stream, SINK_NATS_SUBJECT_PREFIX: prefix },
       async read() {
@@ -107,13 +161,37 @@ export const natsHarness: SinkHarness = {
           await nc.close();
         }
       },
-      async drop() {
-        try {
-          const nc = await connect({ servers: url, reconnect: false });
-          await (await jetstreamManager(nc)).streams.delete(stream).finally(() => nc.close());
-        } catch {
-          // never created, or the server is gone
-        }
+      drop,
+      cleanup: drop,
+      consume() {
+        // Stream sequence → seq: a message redelivered (its ack lost in a restart) has the same
+        // stream sequence; a record stored twice would have two.
+        const got = new Map<number, number>();
+        let nc: Awaited<ReturnType<typeof connect>> | null = null;
+        const loop = keepRunning(async () => {
+          if (nc === null || nc.isClosed()) {
+            nc = null;
+            const fresh = await connect({ servers: url, reconnect: false });
+            const jsm = await jetstreamManager(fresh);
+            await jsm.consumers.add(stream, { durable_name: 'remover', ack_policy: AckPolicy.Explicit, ack_wait: 2_000_000_000 });
+            nc = fresh;
+          }
+          const consumer = await jetstream(nc).consumers.get(stream, 'remover');
+          const messages = await consumer.fetch({ max_messages: 10, expires: 1_000 });
+          for await (const m of messages) {
+            if (!got.has(m.seq)) got.set(m.seq, Number(m.headers?.get('Nats-Msg-Id')));
+            await m.ackAck();
+          }
+        });
+        const seqs = (): number[] => [...got.entries()].sort(([a], [b]) => a - b).map(([, seq]) => seq);
+        return {
+          seqs,
+          async stop() {
+            await loop.stop();
+            await (nc as Awaited<ReturnType<typeof connect>> | null)?.close().catch(() => undefined);
+            return seqs();
+          },
+        };
       },
     };
   },
@@ -135,9 +213,14 @@ async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>
 export const postgresHarness: SinkHarness = {
   name: 'postgres',
   startOwnServer: () => startOwnPostgres(),
+  async dropConnections(server) {
+    // Our own server: no one else's intake is connected to it.
+    await withClient(server.url, (client) => client.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'intake-delivery'`));
+  },
   async target(server) {
     const url = server?.url ?? SHARED_POSTGRES_URL;
     const table = `t_${unique()}`;
+    const drop = (): Promise<void> => withClient(url, (client) => client.query(`DROP TABLE IF EXISTS "${table}"`)).then(() => undefined, () => undefined);
     return {
       env: { SINK_POSTGRES_URL: url, SINK_POSTGRES_TABLE: table },
       read: () =>
@@ -154,7 +237,44 @@ export const postgresHarness: SinkHarness = {
           return { records, lines: null };
         }),
       dropAfter: (seq) => withClient(url, (client) => client.query(`DELETE FROM "${table}" WHERE seq > $1`, [seq])).then(() => undefined),
-      drop: () => withClient(url, (client) => client.query(`DROP TABLE IF EXISTS "${table}"`)).then(() => undefined, () => undefined),
+      drop,
+      async cleanup() {
+        await drop();
+        await withClient(url, (client) => client.query(`DELETE FROM intake_sink_positions WHERE table_name = $1`, [table])).catch(() => undefined);
+      },
+      consume() {
+        const got: number[] = [];
+        let client: pg.Client | null = null;
+        const loop = keepRunning(async () => {
+          if (client === null) {
+            const fresh = new pg.Client({ connectionString: url });
+            fresh.on('error', () => undefined);
+            await fresh.connect();
+            client = fresh;
+          }
+          try {
+            // The table may not exist yet.
+            const { rows } = await client.query<{ seq: string }>(`DELETE FROM "${table}" RETURNING seq`);
+            for (const row of rows.map((r) => Number(r.seq)).sort((a, b) => a - b)) got.push(row);
+          } catch (error) {
+            if (!String(error).includes('does not exist')) {
+              const broken = client;
+              client = null;
+              await broken.end().catch(() => undefined);
+            }
+            throw error;
+          }
+          await sleep(10);
+        });
+        return {
+          seqs: () => [...got],
+          async stop() {
+            await loop.stop();
+            await (client as pg.Client | null)?.end().catch(() => undefined);
+            return [...got];
+          },
+        };
+      },
     };
   },
 };

@@ -1,0 +1,66 @@
+// npm run journal -- check | repair
+// For the one journal damage intake itself could cause (before issue 17): a commit failed and
+// later records were stored anyway, leaving a hole in `seq`. The server and the state exports
+// refuse such a journal (recovery.ts) and say to run this. Stop the server first.
+import { describeHole, findHole, JournalGap } from '../journal/recovery.ts';
+import { openStore } from '../journal/store.ts';
+
+const USAGE = `usage: npm run journal -- <command>
+  check    exit 0 when intake can replay the journal; else say why and exit 1
+  repair   when the journal has a hole (a commit failed and later records were stored anyway),
+           delete the records stored after it: they were never acknowledged. Nothing else is
+           touched; without a hole it does nothing. Stop intake first.
+  DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
+`;
+
+async function main(argv: string[]): Promise<number> {
+  let dataDir = process.env.DATA_DIR || './data';
+  const i = argv.indexOf('--data-dir');
+  if (i !== -1) {
+    dataDir = argv[i + 1] ?? dataDir;
+    argv.splice(i, 2);
+  }
+  const [command] = argv;
+  if (command !== 'check' && command !== 'repair') {
+    const help = command === '--help' || command === '-h';
+    process.stderr.write(`${help || command === undefined ? '' : `journal: unknown command ${command}\n`}${USAGE}`);
+    return help ? 0 : 2;
+  }
+  const store = openStore(dataDir);
+  try {
+    const hole = findHole(store);
+    if (hole === null) {
+      process.stderr.write('journal: no hole, intake can replay this journal\n');
+      return 0;
+    }
+    if (command === 'check') {
+      process.stderr.write(`journal: ${describeHole(hole, dataDir)}\n`);
+      return 1;
+    }
+    // One write transaction: every batch from the first one after the hole, or none of them.
+    const db = store.journal;
+    let records = 0;
+    db.transactionSync(() => {
+      for (const { key, value } of db.getRange({ start: hole.resumesAt })) {
+        records += value.length;
+        db.removeSync(key);
+      }
+    });
+    process.stderr.write(
+      `journal: deleted ${records} record(s), seq ${hole.resumesAt} to ${hole.lastSeq}, stored after the missing seq ${hole.missingFrom} to ${hole.resumesAt - 1}; intake can start now\n`,
+    );
+    const next = findHole(store);
+    if (next !== null) throw new Error(`still a hole after the repair: ${describeHole(next)}`);
+    return 0;
+  } catch (error) {
+    if (error instanceof JournalGap) {
+      process.stderr.write(`journal: ${error.message}\n`);
+      return 1;
+    }
+    throw error;
+  } finally {
+    await store.close();
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));
