@@ -1,18 +1,27 @@
-// Entry point: settings, LMDB, keys, recovery (snapshot + journal tail), then listen.
+// Entry point: settings, LMDB, keys, recovery (snapshot + journal tail), then listen. In cluster
+// mode (CLUSTER_POSTGRES_URL) the node also catches up with the cluster's journal before it
+// listens, then takes part in the leader election.
 // SIGTERM/SIGINT stop gracefully; SIGUSR2 takes a snapshot now.
+import { hostname } from 'node:os';
 import { Intake } from './actors/intake.ts';
+import { ClusterNode, DivergedError } from './cluster/cluster-node.ts';
+import { NodeState } from './cluster/node-state.ts';
+import { clusterMetrics } from './telemetry/cluster-metrics.ts';
 import { Workspaces, type Workspace } from './actors/workspace.ts';
 import { Authenticator } from './auth/authenticator.ts';
-import { createKey, KeyError, parseServiceKeys } from './auth/key-store.ts';
+import { KeyError, LmdbKeys, parseServiceKeys } from './auth/key-store.ts';
+import { PgKeys } from './cluster/pg-keys.ts';
 import { helpText, parseSettings, SettingsError, type Settings } from './config/settings.ts';
 import { packageVersion } from './config/version.ts';
 import { Delivery } from './delivery/delivery.ts';
 import { KeyTable } from './idempotency/key-table.ts';
 import { RateLimits } from './http/rate-limits.ts';
+import { ERRORS } from './http/errors.ts';
+import type { WriteGate } from './http/write-gate.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
-import { Journal } from './journal/journal.ts';
-import { recover } from './journal/recovery.ts';
+import { Journal, NotLeadingError } from './journal/journal.ts';
+import { JournalGap, recover } from './journal/recovery.ts';
 import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
 import { SnapshotWriter } from './journal/snapshot-writer.ts';
 import { openStore } from './journal/store.ts';
@@ -64,6 +73,28 @@ function sum(workspaces: Workspaces, count: (ws: Workspace) => number): number {
   return total;
 }
 
+/** A single node takes writes until its journal fails. */
+function singleNodeGate(journal: Journal): WriteGate {
+  return {
+    refusal: () => (journal.failed === null ? null : { message: ERRORS.serviceUnavailable.message, retryAfterSeconds: null }),
+    notReady: () => (journal.failed === null ? null : `journal failed: ${journal.failed.message}`),
+  };
+}
+
+/**
+ * A cluster node takes writes while it leads with the whole journal applied and its lease held;
+ * /readyz is 200 then only, so a load balancer that checks it sends writes to the leader.
+ */
+function clusterGate(node: ClusterNode): WriteGate {
+  return {
+    refusal: () => {
+      const reason = node.refusal();
+      return reason === null ? null : { message: reason, retryAfterSeconds: 1 };
+    },
+    notReady: () => node.refusal(),
+  };
+}
+
 async function main(): Promise<void> {
   const settings = readSettings();
   if (settings === null) return;
@@ -76,14 +107,11 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', (reason) => log.error({ err: reason }, 'unhandled promise rejection'));
 
   const store = openStore(settings.dataDir);
-  const auth = new Authenticator(store, envKeys(settings));
-  if (!auth.hasAnyKey) {
-    const key = await createKey(store, 'default');
-    // Printed once, to stderr, outside the JSON logs (CONTRACT.md §1).
-    process.stderr.write(`created workspace default, service key: ${key}\n`);
-    auth.reload();
-  }
-  auth.watch(KEYS_POLL_MS);
+  // Stored keys: this node's LMDB, or in cluster mode the cluster's, in PostgreSQL (§12).
+  const keySource = settings.clusterPostgresUrl === '' ? new LmdbKeys(store) : new PgKeys(settings.clusterPostgresUrl, settings.clusterName);
+  const auth = new Authenticator(keySource, envKeys(settings), log);
+  // The first start's key is printed once, to stderr, outside the JSON logs (CONTRACT.md §1).
+  await auth.start(KEYS_POLL_MS, (key) => process.stderr.write(`created workspace default, service key: ${key}\n`));
 
   // The snapshot writer hands each workspace its change tracker; it is created right after.
   let writer: SnapshotWriter | null = null;
@@ -93,6 +121,13 @@ async function main(): Promise<void> {
     products: () => sum(workspaces, (ws) => ws.catalog.products.size),
     collections: () => sum(workspaces, (ws) => ws.catalog.collections.size),
   });
+  const clustered = settings.clusterPostgresUrl !== '';
+  if (clustered && settings.commitMode === 'sync') {
+    process.stderr.write('intake: COMMIT_MODE=sync is not available in cluster mode (a commit is a PostgreSQL round trip)\n');
+    process.exit(2);
+  }
+  // Cluster mode: set once the node exists; a failed commit makes the leader step down.
+  let node: ClusterNode | null = null;
   const journal = new Journal(store.journal, settings.commitMode, settings.journalMaxBatchRecords, {
     onCommit(records, commitLatencyMs) {
       metrics.batchRecords.observe(records);
@@ -100,13 +135,17 @@ async function main(): Promise<void> {
     },
     onFailure(error) {
       metrics.journalFailures.inc();
-      log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
+      if (node !== null) {
+        log.error({ err: error }, 'journal commit failed: this node stops leading');
+        node.commitFailed(error);
+      } else log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
   }, settings.journalMaxCommitsInFlight);
+  if (clustered) journal.follow(new NotLeadingError('this node is not the cluster\'s leader yet'));
   const keys = new KeyTable(settings.idempotencyMaxKeys, settings.idempotencyWindowSeconds);
   writer = new SnapshotWriter(store, journal, () => workspaces, log, { sliceEntities: settings.snapshotSliceEntities, keys });
   const intake = new Intake(workspaces, journal, keys);
-  const recovery = recover(store, workspaces, intake.interner, keys);
+  const recovery = recover(store, workspaces, intake.interner, keys, settings.dataDir);
   journal.continueAfter(recovery.lastSeq);
   // Everything recovered is fsync'd (with the durable position) before anything is delivered.
   journal.useMarker(store.meta);
@@ -118,7 +157,8 @@ async function main(): Promise<void> {
   metrics.watchRetries(intake.retries, keys);
   setInterval(() => keys.expire(Math.floor(Date.now() / 1000), KEYS_SWEEP_MAX), KEYS_SWEEP_EVERY_MS).unref();
   const delivery = new Delivery(settings, store, journal, metrics, log);
-  delivery.start();
+  // In cluster mode only the leader delivers (CONTRACT.md §12): started when it leads.
+  if (!clustered) delivery.start();
   // Retention never trims a record a configured sink has not confirmed, nor the record of a
   // remembered Idempotency-Key (a retried launch is answered from it).
   const keepAfter = (): number | null => {
@@ -129,6 +169,36 @@ async function main(): Promise<void> {
   };
   const schedule = new SnapshotSchedule(writer, journal, store, settings, log, keepAfter);
   schedule.start();
+
+  if (clustered) {
+    const state = new NodeState({
+      store,
+      dataDir: settings.dataDir,
+      journal,
+      workspaces,
+      interner: intake.interner,
+      keys,
+      writer,
+      leading(on) {
+        if (on) delivery.start();
+        else void delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
+      },
+      keepAfter,
+    });
+    node = new ClusterNode(
+      { url: settings.clusterPostgresUrl, cluster: settings.clusterName, leaseMs: settings.clusterLeaseMs, journalRetentionSeconds: settings.journalRetentionSeconds },
+      state,
+      log,
+      clusterMetrics(metrics.registry, () => node),
+    );
+    // The leader stores each snapshot it completes in PostgreSQL, for nodes that join.
+    writer.onWritten((meta) => node?.snapshotWritten(meta));
+    node.onDiverged = (error) => {
+      process.stderr.write(`intake: ${error.message}\n`);
+      process.exit(1);
+    };
+    await node.start();
+  }
 
   const validators = buildValidators(settings);
   const pool = new MappingPool(settings);
@@ -144,8 +214,13 @@ async function main(): Promise<void> {
     log,
     openApiJson: JSON.stringify(buildOpenApi(routes, version)),
     rateLimits,
-    journalFailure: () => journal.failed,
+    gate: node === null ? singleNodeGate(journal) : clusterGate(node),
+    clusterStatus: node === null ? null : () => node!.status(),
   });
+  if (node !== null) {
+    const host = settings.host === '0.0.0.0' || settings.host === '::' ? hostname() : settings.host;
+    node.elect(settings.nodeName !== '' ? settings.nodeName : `${hostname()}:${server.port}`, `http://${host}:${server.port}`);
+  }
 
   let stopping = false;
   const stop = async (signal: string): Promise<void> => {
@@ -162,20 +237,22 @@ async function main(): Promise<void> {
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
     await journal.drain();
     await journal.markDurable();
+    // A leader hands over now: another node leads within a second or two (CONTRACT.md §12).
+    await node?.stop();
     const deliveryStopped = delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
     await pool.close();
     // A snapshot started earlier covers an older position: replace it with one of the final state.
     await writer!.abort();
-    if (journal.failed === null) {
+    if (journal.commitFailure === null) {
       const deadline = setTimeout(() => void writer!.abort(), Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt)));
       await writer!.snapshot('shutdown', { paced: false });
       clearTimeout(deadline);
     }
     await deliveryStopped;
-    auth.stop();
+    await auth.stop();
     // After a failed commit lmdb-js may never settle close(); do not let that hang the stop.
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
-    const failure = journal.failed;
+    const failure = journal.commitFailure;
     log.info({ durationMs: Date.now() - startedAt, journalFailed: failure !== null }, 'stopped');
     // Exit 1 tells a supervisor the journal had failed: fix the disk, then restart.
     process.exit(failure === null ? 0 : 1);
@@ -189,6 +266,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`intake: failed to start: ${error instanceof Error ? error.stack : String(error)}\n`);
+  // A journal intake refuses is the operator's to fix: its message says how, a stack would not help.
+  const text = error instanceof JournalGap || error instanceof DivergedError ? error.message : error instanceof Error ? error.stack : String(error);
+  process.stderr.write(`intake: failed to start: ${text}\n`);
   process.exit(1);
 });

@@ -18,6 +18,17 @@ export class Workspace {
     this.catalog = new CatalogActor(tracker);
   }
 
+  /**
+   * Drops every device, customer, product and collection (the object stays, so requests that
+   * hold it see the emptied state). Cluster mode: see Workspaces.clear().
+   */
+  clear(): void {
+    this.devices.clear();
+    this.customers.clear();
+    this.catalog.products.clear();
+    this.catalog.collections.clear();
+  }
+
   customer(id: string): Customer {
     let customer = this.customers.get(id);
     if (customer === undefined) {
@@ -45,6 +56,16 @@ export class Workspaces {
       this.byName.set(name, ws);
     }
     return ws;
+  }
+
+  /**
+   * Empties every workspace, before the state is rebuilt from the journal: a cluster leader that
+   * stepped down drops the writes it applied that the cluster's journal may not hold. Workspace
+   * objects are kept, not replaced: a request or a queued catalog job holding one then works on
+   * the live state, never on a detached copy.
+   */
+  clear(): void {
+    for (const ws of this.byName.values()) ws.clear();
   }
 
   all(): IterableIterator<Workspace> {

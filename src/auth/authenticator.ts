@@ -1,17 +1,23 @@
 // Resolves x-service-key to a workspace on every request. Keys from SERVICE_KEYS are held as
-// given; stored keys by hash. A bounded cache of recently seen keys spares most requests the
-// sha256; it is dropped whenever the stored keys change, so a revocation takes effect at once.
-import type { Store } from '../journal/store.ts';
-import { hashKey, keysVersion, storedKeys } from './key-store.ts';
+// given; stored keys (LMDB, or PostgreSQL in cluster mode: a KeySource) by hash, in memory. A
+// request never waits on the source: a poll re-reads the keys in the background when their
+// version changed, and while the source cannot be read the last keys read stay in force. A
+// bounded cache of recently seen keys spares most requests the sha256; it is dropped whenever
+// the stored keys change, so a revocation takes effect at once.
+import type { Logger } from '../telemetry/logger.ts';
+import { createFirstKey, hashKey, type KeySource } from './key-store.ts';
 
 const CACHE_MAX_KEYS = 10_000;
 const MAX_KEY_LENGTH = 256;
 /** A cached answer for a key that matches no active key ('' is never a workspace name). */
 const UNKNOWN = '';
+/** The workspace the first start creates (CONTRACT.md §1). */
+const FIRST_WORKSPACE = 'default';
 
 export class Authenticator {
-  private readonly store: Store;
+  private readonly source: KeySource;
   private readonly envKeys: Map<string, string>;
+  private readonly log: Logger | null;
   /** sha256 → workspace, active stored keys only. */
   private storedByHash = new Map<string, string>();
   /**
@@ -21,11 +27,18 @@ export class Authenticator {
   private cache = new Map<string, string>();
   private version = -1;
   private timer: NodeJS.Timeout | null = null;
+  /** The reload under way: polls never overlap, however slow the source. */
+  private reloading: Promise<boolean> | null = null;
+  /** Set while the source cannot be read (logged once, until it can be again). */
+  private unreachable = false;
+  /** The first start could not be decided yet (source unreachable): retried on every poll. */
+  private firstStartPending: ((key: string) => void) | null = null;
+  private stopped = false;
 
-  constructor(store: Store, envKeys: Map<string, string>) {
-    this.store = store;
+  constructor(source: KeySource, envKeys: Map<string, string>, log: Logger | null = null) {
+    this.source = source;
     this.envKeys = envKeys;
-    this.reload();
+    this.log = log;
   }
 
   /** The workspace of `key`, or null for a missing, unknown or revoked key. */
@@ -41,30 +54,95 @@ export class Authenticator {
     return workspace ?? null;
   }
 
-  get hasAnyKey(): boolean {
-    return this.envKeys.size > 0 || storedKeys(this.store).length > 0;
+  /**
+   * Re-reads the stored keys when their version changed (the keys CLI ran, here or on another
+   * node). Resolves to false when the source could not be read: the last keys read stay in force.
+   */
+  reload(): Promise<boolean> {
+    this.reloading ??= this.readKeys().finally(() => {
+      this.reloading = null;
+    });
+    return this.reloading;
   }
 
-  /** Re-reads the stored keys when their version changed (another process ran the keys CLI). */
-  reload(): void {
-    this.store.root.resetReadTxn();
-    const version = keysVersion(this.store);
-    if (version === this.version) return;
-    const byHash = new Map<string, string>();
-    for (const k of storedKeys(this.store)) if (k.revokedAt === null) byHash.set(k.hash, k.workspace);
-    this.storedByHash = byHash;
-    this.cache = new Map();
-    this.version = version;
+  /**
+   * Reads the stored keys, then the first start (CONTRACT.md §1): with no key in the environment
+   * and none stored, creates workspace "default" with one key and hands it to `firstKey` (to
+   * print once). The check and the insert are one transaction of the source, so of several
+   * nodes starting at once exactly one creates it; when the source cannot be reached now, this
+   * is tried again on every poll. Then polls for key changes every `pollMs` (CONTRACT.md §1: a
+   * change counts within 1 s).
+   */
+  async start(pollMs: number, firstKey: (key: string) => void): Promise<void> {
+    await this.reload();
+    if (this.envKeys.size === 0) {
+      this.firstStartPending = firstKey;
+      await this.tryFirstStart();
+    }
+    const tick = (): void => {
+      this.timer = setTimeout(() => {
+        void this.poll().finally(() => {
+          if (!this.stopped) tick();
+        });
+      }, pollMs);
+      this.timer.unref();
+    };
+    if (!this.stopped) tick();
   }
 
-  /** Polls for key changes; CONTRACT.md §1 asks for a change to count within 1 s. */
-  watch(intervalMs: number): void {
-    this.timer = setInterval(() => this.reload(), intervalMs);
-    this.timer.unref();
-  }
-
-  stop(): void {
-    if (this.timer !== null) clearInterval(this.timer);
+  /** Stops polling and releases the source (a read under way then fails quietly). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
+    await this.source.close();
+  }
+
+  private async poll(): Promise<void> {
+    if (this.firstStartPending !== null) await this.tryFirstStart();
+    else await this.reload();
+  }
+
+  private async tryFirstStart(): Promise<void> {
+    const created = this.firstStartPending;
+    if (created === null) return;
+    try {
+      const key = await createFirstKey(this.source, FIRST_WORKSPACE);
+      this.firstStartPending = null;
+      if (key !== null) created(key);
+    } catch (error) {
+      if (!this.stopped) this.unreachableNow(error);
+    }
+    await this.reload();
+  }
+
+  private async readKeys(): Promise<boolean> {
+    try {
+      // The version first: a change made between the two reads is read again on the next poll.
+      const version = await this.source.version();
+      if (version !== this.version) {
+        const byHash = new Map<string, string>();
+        const keys = await this.source.list();
+        if (this.stopped) return false;
+        for (const k of keys) if (k.revokedAt === null) byHash.set(k.hash, k.workspace);
+        this.storedByHash = byHash;
+        this.cache = new Map();
+        this.version = version;
+      }
+      if (this.unreachable) {
+        this.unreachable = false;
+        this.log?.info('stored keys can be read again');
+      }
+      return true;
+    } catch (error) {
+      if (!this.stopped) this.unreachableNow(error);
+      return false;
+    }
+  }
+
+  private unreachableNow(error: unknown): void {
+    if (this.unreachable) return;
+    this.unreachable = true;
+    this.log?.error({ err: error }, 'cannot read the stored keys; the last keys read stay in force until they can be read again');
   }
 }

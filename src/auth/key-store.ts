@@ -1,6 +1,8 @@
-// Service keys stored in LMDB: only sha256(key) and the key's first 12 characters are kept.
-// The CLI and the server share this module; each change bumps `keysVersion` in the same
-// transaction, which the running server polls to pick up changes (CONTRACT.md §1).
+// Service keys: only sha256(key) and the key's first 12 characters are ever stored. Where they
+// are stored is a KeySource: LMDB on a single node (LmdbKeys, here), PostgreSQL in cluster mode
+// (src/cluster/pg-keys.ts). The rules (names, prefixes, what revoke accepts, the first start)
+// are written once, below, for both; the CLI and the server share them. Each change bumps the
+// source's version in the same transaction, which running servers poll (CONTRACT.md §1, §12).
 import { createHash } from 'node:crypto';
 import { customAlphabet } from 'nanoid';
 import type { Store, StoredKey } from '../journal/store.ts';
@@ -22,46 +24,121 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-export function keysVersion(store: Store): number {
-  return store.meta.get(KEY_VERSION) ?? 0;
+/** A stored key as a KeySource lists it: its record and the sha256 it is found by. */
+export type KeyRecord = StoredKey & { hash: string };
+
+/** Where stored keys live. Every change bumps `version()` in the same transaction. */
+export interface KeySource {
+  /** Changes whenever a key is added or revoked; cheap, read every 250 ms by each server. */
+  version(): Promise<number>;
+  /** Every stored key, revoked ones too, oldest first. */
+  list(): Promise<KeyRecord[]>;
+  /**
+   * Stores a new key. With `onlyIfNone` it does so only if no key is stored at all, checked in
+   * the same transaction (under a lock, where several processes may try at once): false if one is.
+   */
+  add(key: KeyRecord, onlyIfNone: boolean): Promise<boolean>;
+  /** Revokes the key with this hash at `at`; null when there is no such active key (any more). */
+  revoke(hash: string, at: number): Promise<StoredKey | null>;
+  /** Releases what the source holds (a connection); the LMDB store stays its owner's to close. */
+  close(): Promise<void>;
 }
 
-export function storedKeys(store: Store): Array<StoredKey & { hash: string }> {
-  const out: Array<StoredKey & { hash: string }> = [];
-  for (const { key, value } of store.keys.getRange()) out.push({ ...value, hash: key });
-  return out.sort((a, b) => a.createdAt - b.createdAt);
-}
-
-/** Creates a key for `workspace` and returns it; this is the only time the key is visible. */
-export async function createKey(store: Store, workspace: string): Promise<string> {
+function newRecord(workspace: string): { key: string; record: KeyRecord } {
   if (!WORKSPACE_NAME.test(workspace)) {
     throw new KeyError(`workspace name must be 1 to 64 letters, digits, "_", "-" and "." (a dot only between two of the others)`);
   }
   const key = newKey();
-  const record: StoredKey = { workspace, prefix: key.slice(0, KEY_PREFIX_LENGTH), createdAt: Date.now(), revokedAt: null };
-  await store.root.transaction(() => {
-    store.keys.putSync(hashKey(key), record);
-    store.meta.putSync(KEY_VERSION, keysVersion(store) + 1);
-  });
+  return { key, record: { hash: hashKey(key), workspace, prefix: key.slice(0, KEY_PREFIX_LENGTH), createdAt: Date.now(), revokedAt: null } };
+}
+
+/** Creates a key for `workspace` and returns it; this is the only time the key is visible. */
+export async function createKey(source: KeySource, workspace: string): Promise<string> {
+  const { key, record } = newRecord(workspace);
+  await source.add(record, false);
   return key;
 }
 
+/**
+ * The first start: creates a key for `workspace` only if no key is stored at all (revoked ones
+ * count), and returns it; null when one is (another process was first).
+ */
+export async function createFirstKey(source: KeySource, workspace: string): Promise<string | null> {
+  const { key, record } = newRecord(workspace);
+  return (await source.add(record, true)) ? key : null;
+}
+
 /** Revokes the one active key whose first characters are `prefix` (8 to 12 characters). */
-export async function revokeKey(store: Store, prefix: string): Promise<StoredKey> {
+export async function revokeKey(source: KeySource, prefix: string): Promise<StoredKey> {
   if (prefix.length < 8 || prefix.length > KEY_PREFIX_LENGTH) {
     throw new KeyError(`a prefix has 8 to ${KEY_PREFIX_LENGTH} characters`);
   }
-  const matches = storedKeys(store).filter((k) => k.revokedAt === null && k.prefix.startsWith(prefix));
+  const matches = (await source.list()).filter((k) => k.revokedAt === null && k.prefix.startsWith(prefix));
   if (matches.length === 0) throw new KeyError(`no active key starts with "${prefix}"`);
   if (matches.length > 1) throw new KeyError(`"${prefix}" is ambiguous: ${matches.length} active keys start with it`);
-  const match = matches[0]!;
-  const { hash, ...rest } = match;
-  const revoked: StoredKey = { ...rest, revokedAt: Date.now() };
-  await store.root.transaction(() => {
-    store.keys.putSync(hash, revoked);
-    store.meta.putSync(KEY_VERSION, keysVersion(store) + 1);
-  });
+  const revoked = await source.revoke(matches[0]!.hash, Date.now());
+  // Revoked by someone else between the list and now.
+  if (revoked === null) throw new KeyError(`no active key starts with "${prefix}"`);
   return revoked;
+}
+
+/** Every key stored in LMDB, oldest first. */
+export function storedKeys(store: Store): KeyRecord[] {
+  const out: KeyRecord[] = [];
+  for (const { key, value } of store.keys.getRange()) out.push({ ...value, hash: key });
+  return out.sort((a, b) => a.createdAt - b.createdAt);
+}
+
+/** Keys in the node's own LMDB (single node): `keys` by hash, the version in `meta`. */
+export class LmdbKeys implements KeySource {
+  constructor(private readonly store: Store) {}
+
+  async version(): Promise<number> {
+    // A read transaction kept open would not see what another process (the CLI) committed.
+    this.store.root.resetReadTxn();
+    return this.currentVersion();
+  }
+
+  async list(): Promise<KeyRecord[]> {
+    return storedKeys(this.store);
+  }
+
+  async add(key: KeyRecord, onlyIfNone: boolean): Promise<boolean> {
+    const { hash, ...record } = key;
+    // LMDB write transactions are serialized across processes: the check cannot race.
+    return this.store.root.transaction(() => {
+      if (onlyIfNone && this.hasAny()) return false;
+      this.store.keys.putSync(hash, record);
+      this.bump();
+      return true;
+    });
+  }
+
+  async revoke(hash: string, at: number): Promise<StoredKey | null> {
+    return this.store.root.transaction(() => {
+      const current = this.store.keys.get(hash);
+      if (current === undefined || current.revokedAt !== null) return null;
+      const revoked: StoredKey = { ...current, revokedAt: at };
+      this.store.keys.putSync(hash, revoked);
+      this.bump();
+      return revoked;
+    });
+  }
+
+  async close(): Promise<void> {}
+
+  private hasAny(): boolean {
+    for (const _ of this.store.keys.getKeys({ limit: 1 })) return true;
+    return false;
+  }
+
+  private currentVersion(): number {
+    return this.store.meta.get(KEY_VERSION) ?? 0;
+  }
+
+  private bump(): void {
+    this.store.meta.putSync(KEY_VERSION, this.currentVersion() + 1);
+  }
 }
 
 /** Parses SERVICE_KEYS: "ws1:key1,ws2:key2"; a bare key belongs to workspace "default". */

@@ -1,37 +1,65 @@
 // npm run keys -- create <workspace> | list | revoke <prefix>
-// Works while the server runs; the server picks a change up within 1 s (it polls keysVersion).
-import { createKey, KeyError, revokeKey, storedKeys } from '../auth/key-store.ts';
-import { openStore } from '../journal/store.ts';
+// Works while the server runs; the server picks a change up within 1 s (it polls the keys'
+// version). In cluster mode (CLUSTER_POSTGRES_URL set) the keys are the cluster's, in PostgreSQL,
+// and every node picks the change up; otherwise they are in DATA_DIR's LMDB.
+import { createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
+import { PgKeys } from '../cluster/pg-keys.ts';
+import { SETTINGS } from '../config/settings.ts';
+import { openStore, type Store } from '../journal/store.ts';
 
 const USAGE = `usage: npm run keys -- <command>
   create <workspace>   create a key; prints the key alone on stdout (the only time it is shown)
   list                 workspace, key prefix, created, revoked
   revoke <prefix>      revoke the one active key starting with <prefix> (8 to 12 characters)
   DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
+  CLUSTER_POSTGRES_URL (or --cluster-postgres-url <url>), when set, selects the keys of cluster
+  CLUSTER_NAME (or --cluster-name <name>, default intake) in that PostgreSQL instead
 `;
 
-async function main(argv: string[]): Promise<number> {
-  let dataDir = process.env.DATA_DIR || './data';
-  const i = argv.indexOf('--data-dir');
-  if (i !== -1) {
-    dataDir = argv[i + 1] ?? dataDir;
-    argv.splice(i, 2);
+/** Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. */
+function takeFlag(argv: string[], flag: string, fallback: string): string {
+  const i = argv.findIndex((arg) => arg === flag || arg.startsWith(`${flag}=`));
+  if (i === -1) return fallback;
+  const arg = argv[i]!;
+  if (arg !== flag) {
+    argv.splice(i, 1);
+    return arg.slice(flag.length + 1);
   }
+  const value = argv[i + 1] ?? fallback;
+  argv.splice(i, 2);
+  return value;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const dataDir = takeFlag(argv, '--data-dir', process.env.DATA_DIR || './data');
+  const clusterUrl = takeFlag(argv, '--cluster-postgres-url', process.env.CLUSTER_POSTGRES_URL ?? '');
+  const clusterName = takeFlag(argv, '--cluster-name', process.env.CLUSTER_NAME || 'intake');
   const [command, arg] = argv;
   if (command === undefined || command === '--help' || command === '-h') {
     process.stderr.write(USAGE);
     return command === undefined ? 2 : 0;
   }
-  const store = openStore(dataDir);
+  const nameSpec = SETTINGS.find((s) => s.key === 'clusterName')!;
+  if (clusterUrl !== '' && !nameSpec.pattern!.test(clusterName)) {
+    process.stderr.write(`keys: CLUSTER_NAME must be ${nameSpec.patternHint}\n`);
+    return 2;
+  }
+  let store: Store | null = null;
+  let source: KeySource;
+  if (clusterUrl !== '') source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
+  else {
+    store = openStore(dataDir);
+    source = new LmdbKeys(store);
+  }
   try {
     switch (command) {
       case 'create': {
         if (arg === undefined) throw new KeyError('create needs a workspace name');
-        process.stdout.write(`${await createKey(store, arg)}\n`);
+        process.stdout.write(`${await createKey(source, arg)}\n`);
         return 0;
       }
       case 'list': {
-        const rows = storedKeys(store).map((k) => [
+        const rows = (await source.list()).map((k) => [
           k.workspace,
           k.prefix,
           new Date(k.createdAt).toISOString(),
@@ -44,7 +72,7 @@ async function main(argv: string[]): Promise<number> {
       }
       case 'revoke': {
         if (arg === undefined) throw new KeyError('revoke needs a key prefix');
-        const revoked = await revokeKey(store, arg);
+        const revoked = await revokeKey(source, arg);
         process.stderr.write(`revoked key ${revoked.prefix} of workspace ${revoked.workspace}\n`);
         return 0;
       }
@@ -57,9 +85,15 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`keys: ${error.message}\n`);
       return 1;
     }
+    // PostgreSQL down, refused, or a query failed: the operator's to fix, a stack would not help.
+    if (clusterUrl !== '') {
+      process.stderr.write(`keys: the cluster's PostgreSQL: ${error instanceof Error ? error.message : String(error)}\n`);
+      return 1;
+    }
     throw error;
   } finally {
-    await store.close();
+    await source.close();
+    await store?.close();
   }
 }
 

@@ -21,6 +21,8 @@ export interface Settings {
   mappingWorkerThresholdBytes: number;
   mappingWorkerTimeoutMs: number;
   mappingWorkerMaxMemoryMb: number;
+  mappingWorkerQueueMax: number;
+  mappingWorkerQueueBytes: number;
   sinkNatsUrl: string;
   sinkNatsStream: string;
   sinkNatsSubjectPrefix: string;
@@ -30,11 +32,16 @@ export interface Settings {
   deliveryBatchBytes: number;
   deliveryRetryMaxMs: number;
   deliveryLingerMs: number;
+  deliveryStallTimeoutMs: number;
   idempotencyWindowSeconds: number;
   idempotencyMaxKeys: number;
   rateLimitPerSecond: number;
   rateLimitBurst: number;
   logLevel: string;
+  clusterPostgresUrl: string;
+  clusterName: string;
+  nodeName: string;
+  clusterLeaseMs: number;
 }
 
 type Kind = 'string' | 'integer';
@@ -75,8 +82,10 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'journalRetentionSeconds', env: 'JOURNAL_RETENTION_SECONDS', flag: '--journal-retention-seconds', kind: 'integer', defaultValue: 0, min: 0, max: 100 * 365 * 86_400, description: 'delete journal records older than this once a snapshot covers them (0: keep the journal forever)' },
   { key: 'mappingWorkers', env: 'MAPPING_WORKERS', flag: '--mapping-workers', kind: 'integer', defaultValue: Math.max(1, availableParallelism() - 1), defaultLabel: 'cores - 1, at least 1', min: 0, max: 256, description: 'worker threads that parse, validate and de-duplicate big mapping bodies (0: all on the main thread)' },
   { key: 'mappingWorkerThresholdBytes', env: 'MAPPING_WORKER_THRESHOLD_BYTES', flag: '--mapping-worker-threshold-bytes', kind: 'integer', defaultValue: 65_536, min: 0, max: 1024 * MiB, description: 'mapping bodies larger than this (and every gzip one) go to a worker' },
-  { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task taking longer fails its request with 500 (the worker is replaced)' },
+  { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task running longer (counted from when a worker takes it, not while it waits) fails its request with 500 (the worker is replaced)' },
   { key: 'mappingWorkerMaxMemoryMb', env: 'MAPPING_WORKER_MAX_MEMORY_MB', flag: '--mapping-worker-max-memory-mb', kind: 'integer', defaultValue: 512, min: 8, max: 65_536, description: 'heap limit of each worker; a worker over it is replaced and its request fails with 500' },
+  { key: 'mappingWorkerQueueMax', env: 'MAPPING_WORKER_QUEUE_MAX', flag: '--mapping-worker-queue-max', kind: 'integer', defaultValue: 64, min: 0, max: 1_000_000, description: 'mapping bodies that may wait for a busy worker; beyond that, 503 ServiceUnavailableError with Retry-After, nothing applied (0: none wait)' },
+  { key: 'mappingWorkerQueueBytes', env: 'MAPPING_WORKER_QUEUE_BYTES', flag: '--mapping-worker-queue-bytes', kind: 'integer', defaultValue: 256 * MiB, min: 0, max: 64 * 1024 * MiB, description: 'bytes of mapping bodies (as received) that may wait for a busy worker; a body that would take the queue over this gets 503 with Retry-After' },
   { key: 'sinkNatsUrl', env: 'SINK_NATS_URL', flag: '--sink-nats-url', kind: 'string', defaultValue: '', description: 'deliver the journal to NATS JetStream at this URL, e.g. nats://127.0.0.1:4222 (empty: off)' },
   { key: 'sinkNatsStream', env: 'SINK_NATS_STREAM', flag: '--sink-nats-stream', kind: 'string', defaultValue: 'INTAKE', pattern: /^[A-Za-z0-9_-]{1,64}$/, patternHint: 'letters, digits, _ and -, at most 64', description: 'JetStream stream the NATS sink publishes to (created with subjects intake.> when missing)' },
   { key: 'sinkNatsSubjectPrefix', env: 'SINK_NATS_SUBJECT_PREFIX', flag: '--sink-nats-subject-prefix', kind: 'string', defaultValue: 'intake', pattern: /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, patternHint: 'subject tokens of letters, digits, _ and -', description: 'first subject token(s): records go to <prefix>.<workspace>.<kind>, a new stream takes <prefix>.> (two streams cannot share subjects: give each intake on one NATS account its own)' },
@@ -86,10 +95,15 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'deliveryBatchBytes', env: 'DELIVERY_BATCH_BYTES', flag: '--delivery-batch-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: 256 * MiB, description: 'most bytes of exported JSON a sink is handed at once (a single bigger record goes alone)' },
   { key: 'deliveryRetryMaxMs', env: 'DELIVERY_RETRY_MAX_MS', flag: '--delivery-retry-max-ms', kind: 'integer', defaultValue: 5000, min: 10, max: 600_000, description: 'longest wait between two attempts to reach a sink that is down (the wait doubles from 50 ms up to this)' },
   { key: 'deliveryLingerMs', env: 'DELIVERY_LINGER_MS', flag: '--delivery-linger-ms', kind: 'integer', defaultValue: 20, min: 0, max: 10_000, description: 'with less than a full batch ready, a sink waits this long for more records (fewer, bigger batches; 0: deliver at once)' },
+  { key: 'deliveryStallTimeoutMs', env: 'DELIVERY_STALL_TIMEOUT_MS', flag: '--delivery-stall-timeout-ms', kind: 'integer', defaultValue: 60_000, min: 100, max: 3_600_000, description: 'a sink call (connect, deliver) that has not returned after this is given up on: the sink is marked down and stalled, its connection dropped and retried; a delivery worker whose heartbeat stops this long is restarted' },
   { key: 'idempotencyWindowSeconds', env: 'IDEMPOTENCY_WINDOW_SECONDS', flag: '--idempotency-window-seconds', kind: 'integer', defaultValue: 86_400, min: 1, max: 90 * 86_400, description: 'how long an Idempotency-Key is remembered (a retry after that is a new write)' },
   { key: 'idempotencyMaxKeys', env: 'IDEMPOTENCY_MAX_KEYS', flag: '--idempotency-max-keys', kind: 'integer', defaultValue: 5_000_000, min: 0, max: 200_000_000, description: 'most Idempotency-Keys remembered, about 40 bytes each; when full the oldest are forgotten first (0: none)' },
   { key: 'rateLimitPerSecond', env: 'RATE_LIMIT_PER_SECOND', flag: '--rate-limit-per-second', kind: 'integer', defaultValue: 0, min: 0, max: 10_000_000, description: 'requests a second each service key may make (a token bucket); over it, 429 RateLimitError with Retry-After (0: no limit)' },
   { key: 'rateLimitBurst', env: 'RATE_LIMIT_BURST', flag: '--rate-limit-burst', kind: 'integer', defaultValue: 0, min: 0, max: 100_000_000, description: 'requests a key may make at once beyond its rate, the bucket size (0: as many as RATE_LIMIT_PER_SECOND)' },
+  { key: 'clusterPostgresUrl', env: 'CLUSTER_POSTGRES_URL', flag: '--cluster-postgres-url', kind: 'string', defaultValue: '', description: 'cluster mode: the PostgreSQL that holds the cluster\'s journal, lease and keys, e.g. postgres://user@db:5432/intake (empty: a single node)' },
+  { key: 'clusterName', env: 'CLUSTER_NAME', flag: '--cluster-name', kind: 'string', defaultValue: 'intake', pattern: /^[A-Za-z0-9_-]{1,40}$/, patternHint: 'letters, digits, _ and -, at most 40', description: 'cluster mode: nodes with the same URL and name serve one data set (several clusters may share one database)' },
+  { key: 'nodeName', env: 'NODE_NAME', flag: '--node-name', kind: 'string', defaultValue: '', defaultLabel: 'host name and port', pattern: /^[\x21-\x7e]{1,128}$/, patternHint: '1 to 128 printable ASCII characters, no spaces', description: 'cluster mode: this node\'s name, unique in its cluster (logs, metrics, GET /cluster)' },
+  { key: 'clusterLeaseMs', env: 'CLUSTER_LEASE_MS', flag: '--cluster-lease-ms', kind: 'integer', defaultValue: 5000, min: 250, max: 600_000, description: 'cluster mode: how long a leader that stopped renewing keeps its role (it renews about 5 times per lease)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout; debug adds one line per request)' },
 ];
 

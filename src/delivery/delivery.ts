@@ -1,7 +1,13 @@
 // The main thread's side of delivery: starts the delivery worker (delivery-worker.ts) when a
 // sink is configured, publishes the journal's durable position to it, turns its reports into
-// metrics, restarts it if it dies, stops it at shutdown, and tells retention how far every sink
-// has confirmed. Nothing here is on a request's path: writes never wait for a sink.
+// metrics, restarts it if it dies or hangs, stops it at shutdown, and tells retention how far
+// every sink has confirmed. Nothing here is on a request's path: writes never wait for a sink.
+//
+// A worker that hangs (its event loop no longer turns: a bug, a native call that never
+// returns) would deliver nothing and never die. It beats a heartbeat into the shared buffer
+// (durable-signal.ts); when the beats stop for DELIVERY_STALL_TIMEOUT_MS it is terminated and
+// started again, every sink counted as stalled and down meanwhile. (A sink call that never
+// returns is the delivery loop's own deadline, delivery-loop.ts.)
 import type { Worker } from 'node:worker_threads';
 import type { Settings } from '../config/settings.ts';
 import type { Journal } from '../journal/journal.ts';
@@ -11,12 +17,14 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import { SinkMetrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
 import type { DeliveryWorkerData, MainMessage, WorkerMessage } from './delivery-worker.ts';
-import { DurableSignal } from './durable-signal.ts';
+import { DurableSignal, watchHeartbeat } from './durable-signal.ts';
 import { sinkConfigs } from './sink-config.ts';
 import { sinkId, type SinkConfig } from './sink.ts';
 
 /** A worker that died (a bug, an out-of-memory) is started again after this. */
 const RESTART_AFTER_MS = 1_000;
+/** A worker just started gets at least this long for its first beats (loading modules, LMDB). */
+const STARTUP_ALLOWANCE_MS = 10_000;
 
 export class Delivery {
   private readonly settings: Settings;
@@ -28,7 +36,9 @@ export class Delivery {
   private readonly metrics: SinkMetrics | null = null;
   private worker: Worker | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
+  private stopWatching: (() => void) | null = null;
   private stopping = false;
+  private watchingDurable = false;
   private stopped: (() => void) | null = null;
 
   constructor(settings: Settings, store: Store, journal: Journal, metrics: Metrics, log: Logger) {
@@ -47,10 +57,18 @@ export class Delivery {
     return this.configs.length > 0;
   }
 
+  /**
+   * Starts delivering (again, after a stop: in cluster mode delivery runs on the leader only and
+   * starts each time this node becomes leader).
+   */
   start(): void {
-    if (!this.enabled) return;
+    if (!this.enabled || this.worker !== null) return;
+    this.stopping = false;
     this.signal.publish(this.journal.durableSeq);
-    this.journal.watchDurable((seq) => this.signal.publish(seq));
+    if (!this.watchingDurable) {
+      this.watchingDurable = true;
+      this.journal.watchDurable((seq) => this.signal.publish(seq));
+    }
     this.spawn();
   }
 
@@ -67,9 +85,13 @@ export class Delivery {
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
     if (this.restartTimer !== null) clearTimeout(this.restartTimer);
+    this.stopWatching?.();
     const worker = this.worker;
     // None, or one that died and waited to be started again: nothing to stop.
     if (worker === null) return;
+    // No longer the current worker: a start() meanwhile spawns a new one, and this one's exit
+    // does not restart anything.
+    this.worker = null;
     const done = new Promise<void>((resolve) => {
       this.stopped = resolve;
       worker.once('exit', () => resolve());
@@ -96,6 +118,7 @@ export class Delivery {
         batchBytes: this.settings.deliveryBatchBytes,
         retryMaxMs: this.settings.deliveryRetryMaxMs,
         lingerMs: this.settings.deliveryLingerMs,
+        stallTimeoutMs: this.settings.deliveryStallTimeoutMs,
       },
     };
     const worker = startThread(moduleUrl('./delivery-worker', import.meta.url), data, { name: 'delivery' });
@@ -104,11 +127,15 @@ export class Delivery {
       if (message.type === 'state') this.metrics?.state(message.sink, message.up);
       else if (message.type === 'delivered') this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
       else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
+      else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
       else this.stopped?.();
     });
     worker.on('error', (error) => this.log.error({ err: error }, 'delivery worker failed'));
+    this.watch(worker);
     worker.on('exit', (code) => {
-      if (this.worker === worker) this.worker = null;
+      // A worker stopped on purpose (stop() let go of it already) restarts nothing.
+      if (this.worker !== worker) return;
+      this.worker = null;
       if (this.stopping) return;
       this.log.error({ code }, `delivery worker exited; starting it again in ${RESTART_AFTER_MS} ms`);
       for (const config of this.configs) this.metrics?.state(config.kind, false);
@@ -117,6 +144,21 @@ export class Delivery {
         if (!this.stopping) this.spawn();
       }, RESTART_AFTER_MS);
       this.restartTimer.unref();
+    });
+  }
+
+  /** Terminates `worker` (its exit handler starts a new one) when its heartbeat stops. */
+  private watch(worker: Worker): void {
+    this.stopWatching?.();
+    const timeoutMs = this.settings.deliveryStallTimeoutMs;
+    this.stopWatching = watchHeartbeat(this.signal, timeoutMs, Math.max(0, STARTUP_ALLOWANCE_MS - timeoutMs), (silentMs) => {
+      if (this.worker !== worker || this.stopping) return;
+      this.log.error({ silentMs }, `delivery worker stalled: no heartbeat for ${timeoutMs} ms; terminating it`);
+      for (const config of this.configs) {
+        this.metrics?.stalled(config.kind);
+        this.metrics?.state(config.kind, false);
+      }
+      void worker.terminate();
     });
   }
 }

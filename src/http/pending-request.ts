@@ -7,6 +7,7 @@ import type { Reply } from '../actors/intake.ts';
 import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
 import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
+import { NotLeadingError } from '../journal/journal.ts';
 import { BodyTooDeepError } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { RouteMetrics } from '../telemetry/metrics.ts';
@@ -14,6 +15,10 @@ import { inflateBody, parseJsonObject, type Encoding } from './body.ts';
 import { Drain } from './drain.ts';
 import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import { OK, send, UNPROCESSABLE, type SendOptions } from './respond.ts';
+import type { Refusal, WriteGate } from './write-gate.ts';
+
+/** The message of a 503 for a mapping body refused because the workers are busy (issue 17). */
+export const MAPPING_WORKERS_BUSY = 'the mapping workers are busy and their queue is full; nothing was applied: retry after the number of seconds in Retry-After';
 
 /** The header on an answer replayed for an Idempotency-Key (CONTRACT.md §10). */
 const REPLAYED: SendOptions = { header: ['idempotent-replayed', 'true'] };
@@ -48,8 +53,8 @@ export interface RequestEnvironment {
   log: Logger;
   /** Debug level: one log line per request (id, route, status, time). */
   logRequests: boolean;
-  /** Non-null once a journal commit failed: every write then gets 503 until restart. */
-  journalFailure(): Error | null;
+  /** Whether writes are accepted now (a journal failure; in cluster mode, the node's role). */
+  gate: WriteGate;
   /** Requests started and not yet answered or aborted (graceful stop waits for 0). */
   inFlight: number;
   onIdle: (() => void) | null;
@@ -174,7 +179,8 @@ export class PendingRequest implements Reply {
   };
 
   private dispatchRaw(bytes: Buffer): void {
-    if (this.env.journalFailure() !== null) return this.answerError(ERRORS.serviceUnavailable);
+    const refusal = this.env.gate.refusal();
+    if (refusal !== null) return this.refused(refusal);
     try {
       this.route.handleRaw!(this, bytes);
     } catch (error) {
@@ -183,13 +189,19 @@ export class PendingRequest implements Reply {
   }
 
   private dispatch(body: Record<string, unknown> | null): void {
-    if (this.env.journalFailure() !== null) return this.answerError(ERRORS.serviceUnavailable);
+    const refusal = this.env.gate.refusal();
+    if (refusal !== null) return this.refused(refusal);
     try {
       this.route.handle(this, body);
     } catch (error) {
       if (error instanceof BodyTooDeepError) return this.malformed(error.message);
       this.crashed(error);
     }
+  }
+
+  /** Writes are not taken now (write-gate.ts): 503, with Retry-After when it says. */
+  private refused(refusal: Refusal): void {
+    this.answerError(ERRORS.serviceUnavailable, refusal.message, refusal.retryAfterSeconds === null ? undefined : { header: ['retry-after', String(refusal.retryAfterSeconds)] });
   }
 
   /** The inflated body is over the limit (found by a worker): 413, and the connection is closed. */
@@ -200,6 +212,14 @@ export class PendingRequest implements Reply {
   /** Not gzip, not JSON, or not an object (found by a worker). */
   malformed(message: string): void {
     this.answerError(ERRORS.malformedJson, message);
+  }
+
+  /**
+   * Every mapping worker is busy and their queue is full: 503 with Retry-After, answered at once.
+   * Nothing was applied and the body was read to its end, so the connection stays usable.
+   */
+  workersBusy(retryAfterSeconds: number): void {
+    this.answerError(ERRORS.serviceUnavailable, MAPPING_WORKERS_BUSY, { header: ['retry-after', String(retryAfterSeconds)] });
   }
 
   /** A schema violation: answered at once, nothing was applied. */
@@ -242,6 +262,8 @@ export class PendingRequest implements Reply {
   }
 
   failed(error: Error): void {
+    // Cluster mode: this node stopped leading while the write waited (CONTRACT.md §12).
+    if (error instanceof NotLeadingError) return this.refused({ message: error.message, retryAfterSeconds: 1 });
     this.env.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'journal commit failed; answering 503');
     this.answerError(ERRORS.serviceUnavailable);
   }

@@ -13,6 +13,7 @@ import { acceptsContentType, bodyEncoding } from './body.ts';
 import { Drain } from './drain.ts';
 import { decodeParam, fillParam } from './path-param.ts';
 import type { RateLimits } from './rate-limits.ts';
+import type { WriteGate } from './write-gate.ts';
 import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
 import { PendingRequest, type RequestEnvironment, type WriteRoute } from './pending-request.ts';
@@ -27,8 +28,10 @@ export interface ServerDependencies {
   log: Logger;
   openApiJson: string;
   rateLimits: RateLimits;
-  /** The journal's failure, once a commit failed (writes then get 503 until restart). */
-  journalFailure(): Error | null;
+  /** Whether writes are accepted, and /readyz (write-gate.ts). */
+  gate: WriteGate;
+  /** Cluster mode: what GET /cluster answers (null on a single node: 404). */
+  clusterStatus: (() => object) | null;
 }
 
 export interface HttpServer {
@@ -42,7 +45,7 @@ export interface HttpServer {
   settled(timeoutMs: number): Promise<void>;
 }
 
-const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json'];
+const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json', '/cluster'];
 
 /** An answer decided from the request head alone (the body, if any, is never read). */
 function refuseEarly(env: RequestEnvironment, route: WriteRoute, res: HttpResponse, requestId: string, startedAt: number, error: ErrorSpec, message?: string, options: SendOptions = {}): void {
@@ -58,7 +61,7 @@ const SHUTTING_DOWN = 'the server is shutting down';
 export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
-  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), journalFailure: deps.journalFailure, inFlight: 0, onIdle: null };
+  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null };
   const rateLimits = deps.rateLimits;
   let stopping = false;
 
@@ -82,6 +85,13 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
         if (env.logRequests) env.log.debug({ reqId: requestId, workspace: workspaceName }, 'rate limited');
         return refuseEarly(env, route, res, requestId, startedAt, ERRORS.rateLimit, undefined, { header: ['retry-after', String(retryAfterSeconds)] });
       }
+    }
+    // A node that does not take writes now (a journal failure; in cluster mode, a follower)
+    // says so before reading the body: the client retries elsewhere or after Retry-After.
+    const refusal = deps.gate.refusal();
+    if (refusal !== null) {
+      const options: SendOptions = refusal.retryAfterSeconds === null ? {} : { header: ['retry-after', String(refusal.retryAfterSeconds)] };
+      return refuseEarly(env, route, res, requestId, startedAt, ERRORS.serviceUnavailable, refusal.message, options);
     }
     // Idempotency-Key: a malformed one is refused before the body is read. (uWS cannot tell an
     // empty header from none: both mean "no key".)
@@ -125,10 +135,14 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   const idOf = (req: HttpRequest): string => requestIdFor(req.getHeader('x-request-id'));
   app.get('/healthz', (res, req) => send(res, idOf(req), OK, '{"status":"ok"}'));
   app.get('/readyz', (res, req) => {
-    const failure = deps.journalFailure();
-    if (stopping) sendError(res, idOf(req), ERRORS.serviceUnavailable, SHUTTING_DOWN);
-    else if (failure !== null) sendError(res, idOf(req), ERRORS.serviceUnavailable, `journal failed: ${failure.message}`);
+    const notReady = stopping ? SHUTTING_DOWN : deps.gate.notReady();
+    if (notReady !== null) sendError(res, idOf(req), ERRORS.serviceUnavailable, notReady);
     else send(res, idOf(req), OK, '{"status":"ready"}');
+  });
+  const clusterStatus = deps.clusterStatus;
+  app.get('/cluster', (res, req) => {
+    if (clusterStatus === null) sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
+    else send(res, idOf(req), OK, JSON.stringify(clusterStatus()));
   });
   app.get('/openapi.json', (res, req) => send(res, idOf(req), OK, deps.openApiJson));
   app.get('/metrics', (res, req) => {

@@ -93,6 +93,22 @@ export class KeyTable {
     for (let i = 0; i < SEGMENTS; i++) this.segments.push({ slots: new Uint32Array(SEGMENT_INITIAL_SLOTS), mask: SEGMENT_INITIAL_SLOTS - 1, live: 0 });
   }
 
+  /**
+   * Forgets every key (the counts since start stay). Cluster mode: a leader that steps down
+   * rebuilds its state, keys included, from its own journal (cluster-node.ts).
+   */
+  clear(): void {
+    for (const segment of this.segments) {
+      segment.slots = new Uint32Array(SEGMENT_INITIAL_SLOTS);
+      segment.mask = SEGMENT_INITIAL_SLOTS - 1;
+      segment.live = 0;
+    }
+    this.tail = 0;
+    this.head = 0;
+    this.live = 0;
+    this.snapshot = null;
+  }
+
   /** Keys held (one per scope). */
   get size(): number {
     return this.live;

@@ -5,7 +5,19 @@
 // fsync plus lmdb-js bookkeeping on this thread, and measured per request that costs more CPU
 // than overlapping commits saves in latency); meanwhile the open batch grows. A crash leaves a
 // prefix of whole batches: never half a write.
-import type { Database } from 'lmdb';
+//
+// After a failed commit the journal is done (issue 17): append() stores nothing more, and no
+// batch is acknowledged after the failed one, even one LMDB did commit. A batch handed to LMDB
+// while an earlier one is still in flight is written only if that earlier batch is in the
+// database by then (a conditional write in the same transaction), so the stored journal stays a
+// prefix without holes even when a later, smaller commit would have succeeded.
+//
+// Cluster mode (CONTRACT.md §12) adds a commit target before LMDB: the leader's batch is first
+// committed in the cluster's journal in PostgreSQL (the `remote` step), and only then written to
+// this node's LMDB, its own copy: so the local journal only ever holds records PostgreSQL
+// committed. A follower appends whole batches it read from PostgreSQL (appendReplicated), and
+// takes no writes of its own (append() refuses them with the reason it was given).
+import { IF_EXISTS, type Database } from 'lmdb';
 import type { JournalRecord } from './records.ts';
 
 /** Told when the batch holding its record (or the writes it observed) is durable, or is not. */
@@ -18,7 +30,25 @@ interface Batch {
   firstSeq: number;
   records: JournalRecord[];
   waiters: CommitWaiter[];
+  /** LMDB has answered for it; `error` is null when it was committed. */
+  settled: boolean;
+  error: Error | null;
 }
+
+/**
+ * A batch LMDB did not write because the batch before it was not in the database when its turn
+ * came: that earlier batch failed, and its own error is the one to report.
+ */
+class PreviousBatchMissing extends Error {}
+
+/** Cluster mode: commits a batch in the cluster's journal; resolves once it is committed there. */
+export type RemoteCommit = (firstSeq: number, records: JournalRecord[]) => Promise<void>;
+
+/** Cluster mode: this node does not lead, so it takes no writes (503 with Retry-After). */
+export class NotLeadingError extends Error {}
+
+/** A batch of an earlier leadership term, settling after the journal moved on: ignored. */
+class Superseded extends Error {}
 
 export interface JournalStats {
   /** Called once per committed batch. */
@@ -43,6 +73,8 @@ export const DURABLE_SEQ_KEY = 'durableSeq';
  */
 const MARKER_IDLE_MS = 20;
 
+const ignore = (): void => undefined;
+
 export class Journal {
   private readonly db: Database<JournalRecord[], number>;
   private readonly mode: CommitMode;
@@ -51,7 +83,11 @@ export class Journal {
   private readonly stats: JournalStats;
   private nextSeq: number;
   private current: Batch | null = null;
-  /** Batches handed to LMDB and not yet settled, oldest first. */
+  /**
+   * Batches handed to LMDB and not yet answered, oldest first: a batch stays here, settled, until
+   * every batch before it has settled too (answers go out in order). After a failure only the
+   * batches LMDB has not answered for yet are kept (drain() waits for them).
+   */
   private readonly inFlight: Batch[] = [];
   private flushScheduled = false;
   private failure: Error | null = null;
@@ -65,6 +101,12 @@ export class Journal {
   private markerTimer: NodeJS.Timeout | null = null;
   /** The batch recordAt() decoded last (batches never change once written). */
   private lastRead: { key: number; records: JournalRecord[] } | null = null;
+  /** Cluster mode: the PostgreSQL commit each batch goes through before LMDB (null: none). */
+  private remote: RemoteCommit | null = null;
+  /** Cluster mode: why this node takes no writes (it does not lead), or null while it does. */
+  private notLeading: Error | null = null;
+  /** Grows whenever the journal starts over (a leadership term begins or ends): batches of an older term are ignored when they settle. */
+  private term = 0;
 
   constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}, maxInFlight = 1) {
     this.db = db;
@@ -142,9 +184,90 @@ export class Journal {
     return null;
   }
 
-  /** Why the journal stopped accepting writes, or null while it works. */
+  /**
+   * Why the journal takes no writes, or null while it does: a failed commit, or (cluster mode)
+   * this node not leading.
+   */
   get failed(): Error | null {
+    return this.failure ?? this.notLeading;
+  }
+
+  /**
+   * Why a commit failed (disk full, I/O error; in cluster mode also a failed PostgreSQL commit
+   * until the node rebuilt), or null. Unlike `failed`, not set merely because a cluster node
+   * does not lead: a follower that stops has a healthy journal.
+   */
+  get commitFailure(): Error | null {
     return this.failure;
+  }
+
+  /**
+   * Cluster mode: takes writes from now on, each batch committed through `remote` before LMDB.
+   * Until this is called, a journal made with `leading: false` refuses every append.
+   */
+  lead(remote: RemoteCommit): void {
+    this.remote = remote;
+    this.notLeading = null;
+    this.term++;
+  }
+
+  /** Cluster mode, before the node is in the election: refuse writes, for `reason`. */
+  follow(reason: Error): void {
+    this.notLeading = reason;
+  }
+
+  /**
+   * Cluster mode: takes no more writes. The open batch and every batch not yet acknowledged fail
+   * now (their requests get 503), whatever their commits do later (a commit hung on an unreachable
+   * PostgreSQL may still land: it is then in the cluster's journal, which is allowed for a write
+   * that was not answered 200). Resolves to true when records were applied to memory that the
+   * cluster's journal may not hold: the caller must then rebuild the state.
+   */
+  async stopLeading(reason: Error): Promise<boolean> {
+    this.notLeading = reason;
+    this.remote = null;
+    this.term++;
+    const open = this.current;
+    this.current = null;
+    const pending = this.inFlight.splice(0);
+    const lost = this.failure !== null || open !== null || pending.length > 0;
+    const failure = this.failure ?? reason;
+    for (const batch of pending) this.answer(batch, failure);
+    if (open !== null) this.answer(open, failure);
+    const idle = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const resolve of idle) resolve();
+    return lost;
+  }
+
+  /**
+   * Cluster mode: starts over after the state was rebuilt from this node's own journal, whose
+   * last record is `lastSeq` (a follower's next replicated batch follows it).
+   */
+  reset(lastSeq: number): void {
+    this.term++;
+    this.failure = null;
+    this.current = null;
+    this.inFlight.length = 0;
+    this.nextSeq = lastSeq + 1;
+    this.durable = lastSeq;
+    this.lastRead = null;
+  }
+
+  /**
+   * Cluster mode, a follower: journals locally a batch the leader committed in the cluster's
+   * journal (firstSeq must follow the last record). Resolves once it is durable here.
+   */
+  appendReplicated(firstSeq: number, records: JournalRecord[]): Promise<void> {
+    if (this.failure !== null) return Promise.reject(this.failure);
+    if (firstSeq !== this.nextSeq) return Promise.reject(new Error(`replicated batch at seq ${firstSeq}, but the journal's next seq is ${this.nextSeq}`));
+    this.nextSeq += records.length;
+    return new Promise((resolve, reject) => {
+      const batch: Batch = { firstSeq, records, waiters: [{ committed: resolve, failed: reject }], settled: false, error: null };
+      const previous = this.inFlight[this.inFlight.length - 1];
+      this.inFlight.push(batch);
+      this.write(batch, previous, null);
+    });
   }
 
   /**
@@ -162,14 +285,20 @@ export class Journal {
   }
 
   /**
-   * Adds a record to the open batch; `waiter` hears when it is durable. Callers check `failed`
-   * first: after a failure nothing more is appended.
+   * Adds a record to the open batch and returns its seq; `waiter` hears when it is durable. After
+   * a failure (this one's, in sync mode, or an earlier commit's) nothing is stored: `waiter` hears
+   * the failure at once and 0 is returned.
    */
   append(record: JournalRecord, waiter: CommitWaiter): number {
+    const failure = this.failure ?? this.notLeading;
+    if (failure !== null) {
+      waiter.failed(failure);
+      return 0;
+    }
     if (this.mode === 'sync') return this.appendSync(record, waiter);
     let batch = this.current;
     if (batch === null) {
-      batch = this.current = { firstSeq: this.nextSeq, records: [], waiters: [] };
+      batch = this.current = { firstSeq: this.nextSeq, records: [], waiters: [], settled: false, error: null };
       if (!this.flushScheduled) {
         this.flushScheduled = true;
         setImmediate(this.flushNow);
@@ -183,20 +312,17 @@ export class Journal {
   }
 
   private appendSync(record: JournalRecord, waiter: CommitWaiter): number {
-    const seq = this.nextSeq++;
+    const seq = this.nextSeq;
     const startedAt = performance.now();
     try {
       // putSync commits and fdatasyncs on this thread before it returns (checked with strace).
       this.db.putSync(seq, [record]);
     } catch (error) {
-      const failure = error instanceof Error ? error : new Error(String(error));
-      if (this.failure === null) {
-        this.failure = failure;
-        this.stats.onFailure?.(failure);
-      }
-      waiter.failed(this.failure);
-      return seq;
+      this.fail(error instanceof Error ? error : new Error(String(error)));
+      waiter.failed(this.failure!);
+      return 0;
     }
+    this.nextSeq++;
     this.stats.onCommit?.(1, performance.now() - startedAt);
     this.advanceDurable(seq);
     this.armIdleMarker();
@@ -210,6 +336,12 @@ export class Journal {
    * writes not yet committed, so no answer ever reflects a write that could still be lost.
    */
   afterPending(waiter: CommitWaiter): boolean {
+    const failure = this.failure ?? this.notLeading;
+    if (failure !== null) {
+      // Nothing pending will ever be durable now.
+      waiter.failed(failure);
+      return true;
+    }
     const batch = this.current ?? this.inFlight[this.inFlight.length - 1];
     if (batch === undefined) return false;
     batch.waiters.push(waiter);
@@ -222,6 +354,12 @@ export class Journal {
    */
   whenDurable(): Promise<void> {
     if (this.failure !== null) return Promise.reject(this.failure);
+    // A follower's replicated batches are pending while it does not lead: wait for them too.
+    if (this.notLeading !== null) {
+      const last = this.inFlight[this.inFlight.length - 1];
+      if (last === undefined) return Promise.resolve();
+      return new Promise((resolve, reject) => last.waiters.push({ committed: () => resolve(), failed: reject }));
+    }
     return new Promise((resolve, reject) => {
       if (!this.afterPending({ committed: () => resolve(), failed: reject })) resolve();
     });
@@ -238,68 +376,130 @@ export class Journal {
     const batch = this.current;
     if (batch === null) return;
     this.current = null;
+    // The batch handed to LMDB just before this one, if LMDB has not answered for it yet.
+    const previous = this.inFlight[this.inFlight.length - 1];
     this.inFlight.push(batch);
+    this.write(batch, previous, this.remote);
+  }
+
+  /**
+   * Hands `batch` to its targets: the cluster's journal first when `remote` is set, then LMDB;
+   * settles it with the outcome (in this term only).
+   */
+  private write(batch: Batch, previous: Batch | undefined, remote: RemoteCommit | null): void {
     const startedAt = performance.now();
+    const term = this.term;
+    const settle = (error: Error | null, latencyMs: number): void => {
+      if (term === this.term) this.settle(batch, error, latencyMs);
+    };
+    if (remote === null) {
+      this.writeLocal(batch, previous).then(
+        (written) => settle(written ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
+        (error: unknown) => settle(error instanceof Error ? error : new Error(String(error)), 0),
+      );
+      return;
+    }
+    remote(batch.firstSeq, batch.records)
+      .then(() => {
+        // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
+        if (term !== this.term) throw new Superseded('superseded');
+        return this.writeLocal(batch, previous);
+      })
+      .then(
+        (written) => settle(written ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
+        (error: unknown) => settle(error instanceof Error ? error : new Error(String(error)), 0),
+      );
+  }
+
+  private missingBefore(batch: Batch, previous: Batch | undefined): Error {
+    return new PreviousBatchMissing(`journal batch at seq ${batch.firstSeq} was not written: the batch before it (seq ${previous?.firstSeq}) is not in the database`);
+  }
+
+  /** The batch's LMDB put; false when it was not written because the batch before it is missing. */
+  private writeLocal(batch: Batch, previous: Batch | undefined): Promise<boolean> {
     let write: Promise<boolean>;
     try {
       // Same event-loop turn as the batch's put: lmdb-js commits both in one transaction.
       this.writeMarker();
-      write = this.db.put(batch.firstSeq, batch.records);
+      write =
+        previous === undefined
+          ? this.db.put(batch.firstSeq, batch.records)
+          : // Written only if the batch before it is in the database when this one's transaction
+            // runs (the same transaction, or a later one): never after a batch that failed. The
+            // block's promise tells the outcome; the put's own, if it has one, is not awaited.
+            this.db.ifVersion(previous.firstSeq, IF_EXISTS, () => {
+              this.db.put(batch.firstSeq, batch.records).catch(ignore);
+            });
     } catch (error) {
       write = Promise.reject(error);
     }
-    write.then(
-      () => this.settle(batch, null, performance.now() - startedAt),
-      (error: unknown) => this.settle(batch, error instanceof Error ? error : new Error(String(error)), 0),
-    );
+    return write;
+  }
+
+  private fail(error: Error): void {
+    if (this.failure !== null) return;
+    this.failure = error;
+    this.stats.onFailure?.(error);
   }
 
   private settle(batch: Batch, error: Error | null, commitLatencyMs: number): void {
-    this.settleBatch(batch, error, commitLatencyMs);
-    const open = this.current;
-    if (open === null) return;
-    if (this.failure !== null) {
-      // Records appended while the failed commit was in flight will never be written: their
-      // waiters hear the failure now (found by review: with one commit in flight they waited
-      // forever, and drain() never resolved, so a stop hung until its hard limit).
-      this.current = null;
-      this.settleBatch(open, this.failure, 0);
-    } else if (this.inFlight.length < this.maxInFlight) this.closeBatch();
-  }
-
-  private settleBatch(batch: Batch, error: Error | null, commitLatencyMs: number): void {
     // lmdb-js also rejects a shared `commitError` promise that nobody else awaits; left alone,
     // that unhandled rejection would end the process instead of this failure being reported.
     const commitError = (error as { commitError?: unknown } | null)?.commitError;
     if (commitError instanceof Promise) commitError.catch(() => undefined);
-    const i = this.inFlight.indexOf(batch);
-    if (i !== -1) this.inFlight.splice(i, 1);
-    if (error !== null && this.failure === null) {
-      this.failure = error;
-      this.stats.onFailure?.(error);
+    batch.settled = true;
+    batch.error = error;
+    if (error === null) {
+      if (this.failure === null) this.stats.onCommit?.(batch.records.length, commitLatencyMs);
+    } else if (!(error instanceof PreviousBatchMissing)) {
+      this.fail(error);
     }
-    // After a failure no batch is acknowledged, even one LMDB did commit: the batch before it may
-    // be missing, and answers must not depend on a lost write.
+    // A batch is acknowledged only once every batch before it is durable, whatever order LMDB
+    // answered in: no answer may depend on a write that could still be lost.
+    const acknowledged: Batch[] = [];
+    while (this.failure === null) {
+      const front = this.inFlight[0];
+      if (front === undefined || !front.settled) break;
+      if (front.error !== null) this.fail(front.error);
+      else acknowledged.push(this.inFlight.shift()!);
+    }
+    const last = acknowledged[acknowledged.length - 1];
+    if (last !== undefined) this.advanceDurable(last.firstSeq + last.records.length - 1);
+    for (const done of acknowledged) this.answer(done, null);
     const failure = this.failure;
-    if (failure === null) {
-      this.stats.onCommit?.(batch.records.length, commitLatencyMs);
-      // Every batch before the oldest one still pending has settled (and none failed), whatever
-      // order they settled in.
-      this.advanceDurable((this.inFlight[0]?.firstSeq ?? this.current?.firstSeq ?? this.nextSeq) - 1);
+    if (failure !== null) {
+      // Nothing pending is acknowledged any more, even a batch LMDB did commit: the batch before
+      // it may be missing. Records appended while the failed commit was in flight (the open
+      // batch) will never be written (found by review: with one commit in flight they waited
+      // forever, and drain() never resolved, so a stop hung until its hard limit).
+      for (let i = this.inFlight.length - 1; i >= 0; i--) {
+        const pending = this.inFlight[i]!;
+        this.answer(pending, failure);
+        if (pending.settled) this.inFlight.splice(i, 1);
+      }
+      const open = this.current;
+      this.current = null;
+      if (open !== null) this.answer(open, failure);
+    } else if (this.current !== null && this.inFlight.length < this.maxInFlight) this.closeBatch();
+    if (this.current === null && this.inFlight.length === 0) {
+      if (failure === null) this.armIdleMarker();
+      const idle = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const resolve of idle) resolve();
     }
-    for (const waiter of batch.waiters) {
+  }
+
+  /** Tells each of the batch's waiters (once): committed when `failure` is null, else failed. */
+  private answer(batch: Batch, failure: Error | null): void {
+    const waiters = batch.waiters;
+    batch.waiters = [];
+    for (const waiter of waiters) {
       try {
         if (failure === null) waiter.committed();
         else waiter.failed(failure);
       } catch {
         // A waiter's own error (a closed socket) must not stop the others from hearing.
       }
-    }
-    if (this.current === null && this.inFlight.length === 0) {
-      if (failure === null) this.armIdleMarker();
-      const idle = this.idleWaiters;
-      this.idleWaiters = [];
-      for (const resolve of idle) resolve();
     }
   }
 

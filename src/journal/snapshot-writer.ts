@@ -116,6 +116,10 @@ export class SnapshotWriter {
   private nextId: number;
   /** The seq covered by the newest complete snapshot (0: none). */
   private coveredSeq: number;
+  /** Cluster mode: told of each snapshot written (the leader stores it in PostgreSQL). */
+  private readonly listeners: Array<(meta: SnapshotMeta) => void> = [];
+  /** Cluster mode: a snapshot from PostgreSQL is being installed; none of this node's own starts. */
+  private installing = false;
 
   constructor(store: Store, journal: Journal, workspaces: () => Workspaces, log: Logger, options: SnapshotWriterOptions) {
     this.store = store;
@@ -160,6 +164,7 @@ export class SnapshotWriter {
    * was aborted.
    */
   snapshot(reason: string, { paced = true }: { paced?: boolean } = {}): Promise<SnapshotMeta | null> {
+    if (this.installing) return Promise.resolve(null);
     if (this.runningDone !== null) return this.runningDone;
     const seq = this.journal.lastAppendedSeq;
     if (seq === this.coveredSeq) return Promise.resolve(null);
@@ -180,6 +185,7 @@ export class SnapshotWriter {
     const done = this.write(running, paced).then(
       (written) => {
         this.log.info({ snapshot: written.id, seq: written.seq, bytes: written.bytes, chunks: written.chunks, durationMs: (written.completedAt ?? 0) - written.startedAt, ...written.entities }, 'snapshot written');
+        for (const listener of this.listeners) listener(written);
         return written;
       },
       (error: unknown) => {
@@ -194,6 +200,32 @@ export class SnapshotWriter {
       this.runningDone = null;
     });
     return this.runningDone;
+  }
+
+  /** Calls `listener` with each snapshot written from now on (after it is complete). */
+  onWritten(listener: (meta: SnapshotMeta) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /**
+   * Cluster mode, joining: stores a snapshot that comes from elsewhere (PostgreSQL) as this
+   * node's newest. A running snapshot is aborted and none starts until this is done. `write`
+   * gets the local id to use and resolves to the complete meta it stored; older local snapshots
+   * are then removed, and `then` runs (the caller rebuilds the state from it there: until then
+   * the state in memory is older than the snapshot, and no snapshot may be taken of it).
+   */
+  async install(write: (id: number) => Promise<SnapshotMeta>, then: () => Promise<void>): Promise<SnapshotMeta> {
+    this.installing = true;
+    try {
+      await this.abort();
+      const meta = await write(this.nextId++);
+      this.coveredSeq = meta.seq;
+      await removeSnapshotsBefore(this.store, meta.id);
+      await then();
+      return meta;
+    } finally {
+      this.installing = false;
+    }
   }
 
   /** Stops a running snapshot at its next slice; it stays incomplete and is cleaned up later. */

@@ -27,6 +27,8 @@ export interface RequestOptions {
   method?: string;
   /** A raw body (string or bytes) instead of JSON.stringify(body). */
   raw?: string | Uint8Array;
+  /** Give up after this long (a frozen server never answers). */
+  timeoutMs?: number;
 }
 
 export interface TestServer {
@@ -117,7 +119,8 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       payload = JSON.stringify(body);
       headers['content-type'] ??= 'application/json';
     }
-    const res = await fetch(url + path, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, body: payload as BodyInit | undefined });
+    const signal = opts.timeoutMs === undefined ? undefined : AbortSignal.timeout(opts.timeoutMs);
+    const res = await fetch(url + path, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, body: payload as BodyInit | undefined, signal });
     const text = await res.text();
     let parsed: unknown = undefined;
     try {
@@ -161,15 +164,15 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
 }
 
 /** The node arguments of `npm run export` / `npm run keys` (the compiled CLI), with `nodeFlags` first. */
-export function cliCommand(script: 'export' | 'keys', nodeFlags: string[] = []): string[] {
+export function cliCommand(script: 'export' | 'keys' | 'journal', nodeFlags: string[] = []): string[] {
   return [...nodeFlags, ...scriptCommand(script)];
 }
 
-/** Runs an npm CLI script (export, keys) the way an operator does, against `dataDir`. */
-export function runCli(script: 'export' | 'keys', args: string[], dataDir: string): { status: number | null; stdout: string; stderr: string } {
+/** Runs an npm CLI script (export, keys, journal) the way an operator does, against `dataDir` (and `env`). */
+export function runCli(script: 'export' | 'keys' | 'journal', args: string[], dataDir: string, env: Record<string, string> = {}): { status: number | null; stdout: string; stderr: string } {
   const result = spawnSync(process.execPath, [...cliCommand(script), ...args], {
     cwd: ROOT,
-    env: { ...process.env, DATA_DIR: dataDir },
+    env: { ...process.env, DATA_DIR: dataDir, ...env },
     encoding: 'utf8',
     maxBuffer: 1024 * 1024 * 1024,
   });

@@ -1,0 +1,393 @@
+// npm run bench:cluster: cluster mode (CONTRACT.md §12) against single-node mode, in one run.
+//
+// - Single node: intake as `npm start` runs it, fresh data directory.
+// - Cluster: a leader and one follower (the compiled build, their own data directories), on our
+//   own PostgreSQL (initdb on a free port, fsync on: honest commit costs), started by the bench.
+// - CPU per request at a fixed rate: track events at RATE/s from 64 connections for SECONDS,
+//   single node and leader in alternating rounds (medians). The server's utime + stime, all its
+//   threads (/proc/<pid>/stat), ÷ requests answered. PostgreSQL's CPU (postmaster and every
+//   backend) over the cluster round, follower catch-up included, ÷ the same requests.
+// - The follower's CPU per applied record: its CPU from the start of a cluster round until it has
+//   applied everything the leader committed in it, ÷ the records it applied (GET /cluster
+//   appliedSeq).
+// - Throughput and p99 at 256 connections: wrk -t1 -c256 (one C thread leaves the 2 cores to the
+//   server more than autocannon would), single node and leader, directly.
+// - Failover stall: HAProxy (config from deploy/haproxy.cfg) in front of both nodes, one client
+//   sending track events through it in a loop (an Idempotency-Key each; after a non-200 it waits
+//   20 ms). kill -9 of the leader, then the time from the kill to the first 200 through HAProxy
+//   for a request sent after the kill; the killed node is restarted (same data directory and
+//   port) and has caught up before the next kill, so two nodes remain. CLUSTER_LEASE_MS is the
+//   default (5000) unless set in the environment.
+//
+//   npm run bench:cluster -- [seconds per run=8] [rounds=3] [ratePerSec=4000] [kills=10] [saturationSeconds=5]
+//   (a quick smoke run: npm run bench:cluster -- 3 1 2000 2 3)
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
+import { cpuSeconds } from './lib/cpu.ts';
+import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
+import { someDevices } from './lib/populate.ts';
+import { printTable, runBench } from './lib/report.ts';
+import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
+import { freePort, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
+import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
+
+const seconds = Number(process.argv[2] ?? 8);
+const rounds = Number(process.argv[3] ?? 3);
+const ratePerSec = Number(process.argv[4] ?? 4000);
+const kills = Number(process.argv[5] ?? 10);
+const saturationSeconds = Number(process.argv[6] ?? 5);
+const RATE_CONNECTIONS = 64;
+const SATURATION_CONNECTIONS = 256;
+const DEVICES = 200;
+const POOL_SIZE = 4096;
+const LEASE_MS = Number(process.env.CLUSTER_LEASE_MS ?? 5000);
+/** The failover client's pause after an answer other than 200 (the stall's resolution). */
+const RETRY_PAUSE_MS = 20;
+const TS = 1_700_000_000_000;
+
+const TARGETS = { throughput: 0.7, leaderCpu: 1.25, followerCpu: 0.25, stallMs: LEASE_MS + 1000 };
+
+function trackBody(did: string, i: number): string {
+  return JSON.stringify({ did, name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % 10_000}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] });
+}
+
+interface RateRun {
+  requests: number;
+  rps: number;
+  unexpected: number;
+}
+
+/** Track events at `rate`/s (null: as fast as it goes) for `secs` from `connections` connections. */
+function trackLoad(url: string, dids: readonly string[], connections: number, rate: number | null, secs: number, title: string): Promise<RateRun> {
+  const pool = Array.from({ length: POOL_SIZE }, (_, i) => ({ path: '/msv_cevt', body: Buffer.from(trackBody(dids[i % dids.length]!, i)) }));
+  let i = 0;
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url,
+        connections,
+        duration: secs,
+        ...(rate === null ? {} : { overallRate: rate }),
+        title,
+        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
+        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
+      },
+      (error, r) => {
+        if (error) return reject(error);
+        const stats = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
+        const ok = stats['200']?.count ?? 0;
+        resolve({ requests: r.requests.total, rps: r.requests.average, unexpected: r.requests.total - ok + r.errors });
+      },
+    );
+    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
+  });
+}
+
+const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function appliedSeq(node: LocalClusterNode): Promise<number> {
+  const status = await node.status(2_000);
+  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer`);
+  return status.appliedSeq;
+}
+
+/** Waits until `follower` has applied `seq`; resolves when it has. */
+async function caughtUp(follower: LocalClusterNode, seq: number, timeoutMs = 120_000): Promise<number> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const applied = await appliedSeq(follower);
+    if (applied >= seq) return applied;
+    if (performance.now() > deadline) throw new Error(`${follower.name} applied ${applied}, not ${seq}, within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+interface ClusterRound {
+  leaderUs: number;
+  pgUs: number;
+  followerUsPerRecord: number;
+  records: number;
+  catchUpMs: number;
+  rps: number;
+  unexpected: number;
+}
+
+async function singleRound(single: RunningServer, dids: readonly string[], title: string): Promise<{ us: number; rps: number; unexpected: number }> {
+  const pid = single.child.pid!;
+  const cpu0 = cpuSeconds(pid);
+  const run = await trackLoad(single.url, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
+  return { us: ((cpuSeconds(pid) - cpu0) / Math.max(1, run.requests)) * 1e6, rps: run.rps, unexpected: run.unexpected };
+}
+
+async function clusterRound(leader: LocalClusterNode, follower: LocalClusterNode, pg: OwnServer, dids: readonly string[], title: string): Promise<ClusterRound> {
+  const fromSeq = await caughtUp(follower, await appliedSeq(leader));
+  const leader0 = cpuSeconds(leader.pid!);
+  const follower0 = cpuSeconds(follower.pid!);
+  const pg0 = pg.cpuSeconds();
+  const run = await trackLoad(leader.url, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
+  const leaderCpu = cpuSeconds(leader.pid!) - leader0;
+  const endedAt = performance.now();
+  const toSeq = await caughtUp(follower, await appliedSeq(leader));
+  const catchUpMs = performance.now() - endedAt;
+  const followerCpu = cpuSeconds(follower.pid!) - follower0;
+  const pgCpu = pg.cpuSeconds() - pg0;
+  const records = Math.max(1, toSeq - fromSeq);
+  return {
+    leaderUs: (leaderCpu / Math.max(1, run.requests)) * 1e6,
+    pgUs: (pgCpu / Math.max(1, run.requests)) * 1e6,
+    followerUsPerRecord: (followerCpu / records) * 1e6,
+    records,
+    catchUpMs,
+    rps: run.rps,
+    unexpected: run.unexpected,
+  };
+}
+
+/** One client writing through HAProxy in a loop; every answer is reported with its send and answer times. */
+class WriteLoop {
+  private stopped = false;
+  private n = 0;
+  /** Called with every answer: its times, status (0: no answer) and a label such as "503 from haproxy". */
+  private listeners: Array<(sentAt: number, doneAt: number, status: number, label: string) => void> = [];
+  readonly done: Promise<void>;
+  oks = 0;
+
+  constructor(private readonly url: string, private readonly did: string) {
+    this.done = this.run();
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      const i = this.n++;
+      const sentAt = performance.now();
+      let status = 0;
+      let label = '';
+      try {
+        const res = await fetch(`${this.url}/msv_cevt`, {
+          method: 'POST',
+          headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json', 'idempotency-key': `failover-${process.pid}-${i}` },
+          body: trackBody(this.did, i),
+          signal: AbortSignal.timeout(5_000),
+        });
+        status = res.status;
+        // Every answer of intake carries x-request-id; haproxy's own (no server up) does not.
+        label = `${status} from ${res.headers.has('x-request-id') ? 'a node' : 'haproxy'}`;
+        await res.arrayBuffer();
+      } catch (error) {
+        status = 0;
+        const cause = (error as { cause?: { code?: string } }).cause?.code;
+        label = `no answer (${cause ?? (error instanceof Error ? error.name : 'error')})`;
+      }
+      const doneAt = performance.now();
+      if (status === 200) this.oks++;
+      for (const listener of this.listeners) listener(sentAt, doneAt, status, label);
+      if (status !== 200) await sleep(RETRY_PAUSE_MS);
+    }
+  }
+
+  /** The first 200 for a request sent at or after `since`: its answer time. Counts what came before it. */
+  firstOkAfter(since: number, timeoutMs: number): Promise<{ at: number; seen: Record<string, number> }> {
+    return new Promise((resolve, reject) => {
+      const seen: Record<string, number> = {};
+      const timer = setTimeout(() => {
+        this.listeners = this.listeners.filter((l) => l !== listener);
+        reject(new Error(`no 200 through haproxy within ${timeoutMs} ms of the kill`));
+      }, timeoutMs);
+      const listener = (sentAt: number, doneAt: number, status: number, label: string): void => {
+        if (sentAt < since) return;
+        if (status === 200) {
+          clearTimeout(timer);
+          this.listeners = this.listeners.filter((l) => l !== listener);
+          resolve({ at: doneAt, seen });
+        } else seen[label] = (seen[label] ?? 0) + 1;
+      };
+      this.listeners.push(listener);
+    });
+  }
+
+  stop(): Promise<void> {
+    this.stopped = true;
+    return this.done;
+  }
+}
+
+function describe(seen: Record<string, number>): string {
+  const entries = Object.entries(seen);
+  return entries.length === 0 ? 'nothing else' : entries.map(([label, n]) => `${n} × ${label}`).join(', ');
+}
+
+interface Kill {
+  stallMs: number;
+  killed: string;
+  newLeader: string;
+  /** Answers other than 200 the client got during the stall, by kind. */
+  seen: Record<string, number>;
+  rejoinMs: number;
+}
+
+async function failover(nodes: LocalClusterNode[], haproxy: RunningHaproxy, did: string): Promise<Kill[]> {
+  const loop = new WriteLoop(haproxy.url, did);
+  const results: Kill[] = [];
+  try {
+    for (let k = 0; k < kills; k++) {
+      const leader = await waitForLeader(nodes, 60_000);
+      // The loop writes through haproxy to this leader before the kill.
+      await loop.firstOkAfter(performance.now(), 30_000);
+      const killedAt = performance.now();
+      const stall = loop.firstOkAfter(killedAt, 60_000);
+      await leader.kill('SIGKILL');
+      const { at, seen } = await stall;
+      const newLeader = await waitForLeader(nodes, 10_000);
+      const restartedAt = performance.now();
+      await leader.start();
+      await caughtUp(leader, await appliedSeq(newLeader));
+      const rejoinMs = performance.now() - restartedAt;
+      results.push({ stallMs: at - killedAt, killed: leader.name, newLeader: newLeader.name, seen, rejoinMs });
+      process.stderr.write(`kill ${k + 1}/${kills}: ${leader.name} killed, ${newLeader.name} leads; first 200 through haproxy after ${Math.round(at - killedAt)} ms (meanwhile: ${describe(seen)}); ${leader.name} rejoined in ${Math.round(rejoinMs)} ms\n`);
+      // Let haproxy's checks see the restarted follower before the next kill.
+      await sleep(500);
+    }
+  } finally {
+    await loop.stop();
+  }
+  return results;
+}
+
+async function main(): Promise<void> {
+  const date = new Date();
+  const work = mkdtempSync(join(tmpdir(), 'intake-bench-cluster-'));
+  const haproxyBin = ensureHaproxy();
+  if (!wrkInstalled()) throw new Error('wrk is not installed: apt-get install -y wrk');
+  process.stderr.write(`node and haproxy logs: ${work} (removed at the end of a run that succeeds)\n`);
+  const pg = await startOwnPostgres({ fsync: true });
+  const single = await startIntake();
+  const env = { CLUSTER_POSTGRES_URL: pg.url, CLUSTER_NAME: 'bench', SERVICE_KEYS: BENCH_KEY };
+  const nodes = [
+    new LocalClusterNode({ name: 'node1', port: await freePort(), dataDir: join(work, 'node1'), logFile: join(work, 'node1.log'), env }),
+    new LocalClusterNode({ name: 'node2', port: await freePort(), dataDir: join(work, 'node2'), logFile: join(work, 'node2.log'), env }),
+  ];
+  let haproxy: RunningHaproxy | null = null;
+  const singleCpu: number[] = [];
+  const singleRps: number[] = [];
+  const cluster: ClusterRound[] = [];
+  let unexpectedSingle = 0;
+  /** CPU ms per second of the idle cluster (measured during the single-node rounds). */
+  const idle = { leader: [] as number[], follower: [] as number[], pg: [] as number[] };
+  let wrk: { single: WrkResult; leader: WrkResult } | null = null;
+  let stalls: Kill[] = [];
+  try {
+    // node1 first, so that it leads; node2 follows.
+    await nodes[0]!.start();
+    const leader = await waitForLeader([nodes[0]!]);
+    await nodes[1]!.start();
+    const follower = nodes[1]!;
+    const singleDids = await someDevices({ url: single.url, key: BENCH_KEY }, DEVICES);
+    const leaderDids = await someDevices({ url: leader.url, key: BENCH_KEY }, DEVICES);
+
+    const warm = Math.min(seconds, 5);
+    await trackLoad(single.url, singleDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up single node');
+    await trackLoad(leader.url, leaderDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up leader');
+    for (let round = 0; round < rounds; round++) {
+      const runSingle = async () => {
+        // The cluster is idle meanwhile: what it costs to stand by (polls, lease renewals).
+        const idle0 = { at: performance.now(), leader: cpuSeconds(leader.pid!), follower: cpuSeconds(follower.pid!), pg: pg.cpuSeconds() };
+        const r = await singleRound(single, singleDids, `single node @ ${ratePerSec}/s, round ${round + 1}/${rounds}`);
+        const idleSeconds = (performance.now() - idle0.at) / 1000;
+        idle.leader.push(((cpuSeconds(leader.pid!) - idle0.leader) / idleSeconds) * 1000);
+        idle.follower.push(((cpuSeconds(follower.pid!) - idle0.follower) / idleSeconds) * 1000);
+        idle.pg.push(((pg.cpuSeconds() - idle0.pg) / idleSeconds) * 1000);
+        singleCpu.push(r.us);
+        singleRps.push(r.rps);
+        unexpectedSingle += r.unexpected;
+      };
+      const runCluster = async () => {
+        cluster.push(await clusterRound(leader, follower, pg, leaderDids, `leader @ ${ratePerSec}/s, round ${round + 1}/${rounds}`));
+      };
+      if (round % 2 === 0) {
+        await runSingle();
+        await runCluster();
+      } else {
+        await runCluster();
+        await runSingle();
+      }
+    }
+
+    const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };
+    process.stderr.write(`wrk -t1 -c${SATURATION_CONNECTIONS} ${saturationSeconds}s: single node, then leader\n`);
+    wrk = {
+      single: runWrk(`${single.url}/msv_cevt`, trackBody(singleDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds),
+      leader: runWrk(`${leader.url}/msv_cevt`, trackBody(leaderDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds),
+    };
+    await caughtUp(follower, await appliedSeq(leader));
+
+    haproxy = await startHaproxy(
+      haproxyBin,
+      { bind: `127.0.0.1:${await freePort()}`, servers: nodes.map((node) => ({ name: node.name, address: `127.0.0.1:${node.port}` })), statsSocket: join(work, 'haproxy.sock') },
+      join(work, 'haproxy.cfg'),
+      join(work, 'haproxy.log'),
+    );
+    if (kills > 0) stalls = await failover(nodes, haproxy, leaderDids[0]!);
+  } finally {
+    await haproxy?.stop();
+    await Promise.all([single.stop(), ...nodes.map((node) => node.stop())]);
+    for (const node of nodes) node.closeLog();
+    await pg.stop();
+  }
+
+  const single1 = median(singleCpu);
+  const leader1 = median(cluster.map((r) => r.leaderUs));
+  const pg1 = median(cluster.map((r) => r.pgUs));
+  const follower1 = median(cluster.map((r) => r.followerUsPerRecord));
+  const verdict = (ok: boolean) => (ok ? 'met' : '**missed**');
+  const fmt = (n: number, digits = 1) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  const cpuRatio = leader1 / single1;
+  const followerRatio = follower1 / leader1;
+  const rows = [
+    `| CPU µs / track event at ${fmt(ratePerSec, 0)}/s: intake process | ${fmt(single1)} | ${fmt(leader1)} (leader) | ${cpuRatio.toFixed(2)}× | ≤ ${TARGETS.leaderCpu}×: ${verdict(cpuRatio <= TARGETS.leaderCpu)} |`,
+    `| CPU µs / track event at ${fmt(ratePerSec, 0)}/s: PostgreSQL (fsync on, all its processes) | – | ${fmt(pg1)} | | (reported) |`,
+    `| CPU µs / track event: leader + PostgreSQL | ${fmt(single1)} | ${fmt(leader1 + pg1)} | ${((leader1 + pg1) / single1).toFixed(2)}× | (reported) |`,
+    `| follower CPU µs / applied record | – | ${fmt(follower1)} | ${followerRatio.toFixed(2)}× the leader's per request | ≤ ${TARGETS.followerCpu}×: ${verdict(followerRatio <= TARGETS.followerCpu)} |`,
+  ];
+  if (wrk !== null) {
+    const ratio = wrk.leader.requestsPerSec / wrk.single.requestsPerSec;
+    rows.push(`| req/s at ${SATURATION_CONNECTIONS} connections (wrk -t1, ${saturationSeconds} s) | ${fmt(wrk.single.requestsPerSec, 0)} | ${fmt(wrk.leader.requestsPerSec, 0)} | ${ratio.toFixed(2)}× | ≥ ${TARGETS.throughput}×: ${verdict(ratio >= TARGETS.throughput)} |`);
+    rows.push(`| p99 ms at ${SATURATION_CONNECTIONS} connections (p50) | ${wrk.single.p99Ms} (${wrk.single.p50Ms}) | ${wrk.leader.p99Ms} (${wrk.leader.p50Ms}) | | (reported) |`);
+  }
+  if (stalls.length > 0) {
+    const values = stalls.map((s) => s.stallMs);
+    const med = median(values);
+    rows.push(`| failover stall, kill -9 of the leader → first 200 through haproxy (${stalls.length} kills): median / max ms | – | ${fmt(med, 0)} / ${fmt(Math.max(...values), 0)} | | median ≤ lease + 1 s = ${TARGETS.stallMs} ms: ${verdict(med <= TARGETS.stallMs)} |`);
+  }
+  const errorLines = nodes.flatMap((node) => node.errorLines.map((line) => `${node.name}: ${line.length > 300 ? `${line.slice(0, 300)}…` : line}`));
+  const notes = [
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}.`,
+    `CPU per request: utime + stime of the process (all threads) ÷ requests answered, at ${fmt(ratePerSec, 0)} track events/s from ${RATE_CONNECTIONS} connections for ${seconds} s, median of ${rounds} alternating rounds. PostgreSQL: its whole process tree over the cluster round, the follower's catch-up reads included. Follower: its CPU from the round's start until it has applied what the leader committed in it, ÷ the records it applied.`,
+    `Rounds: single node µs/request ${singleCpu.map((v) => fmt(v)).join(', ')} (achieved ${singleRps.map((v) => fmt(v, 0)).join(', ')} req/s); leader µs/request ${cluster.map((r) => fmt(r.leaderUs)).join(', ')} (achieved ${cluster.map((r) => fmt(r.rps, 0)).join(', ')} req/s); PostgreSQL µs/request ${cluster.map((r) => fmt(r.pgUs)).join(', ')}; follower µs/record ${cluster.map((r) => fmt(r.followerUsPerRecord)).join(', ')} (records ${cluster.map((r) => r.records).join(', ')}; caught up ${cluster.map((r) => fmt(r.catchUpMs, 0)).join(', ')} ms after the load ended). Answers other than 200 at the fixed rate: single ${unexpectedSingle}, leader ${cluster.reduce((a, r) => a + r.unexpected, 0)}.`,
+    `The idle cluster (during the single-node rounds, which load the machine too): leader ${fmt(median(idle.leader))}, follower ${fmt(median(idle.follower))}, PostgreSQL ${fmt(median(idle.pg))} CPU ms per second (lease renewals, the follower's 250 ms poll, elections); at ${fmt(ratePerSec, 0)} records/s the follower's idle share is ${fmt((median(idle.follower) / ratePerSec) * 1000)} µs per record.`,
+    ...(wrk === null ? [] : [`wrk non-2xx: single ${wrk.single.non2xx}, leader ${wrk.leader.non2xx}.`]),
+    ...(stalls.length === 0
+      ? []
+      : [
+          `Failover: one client writes through haproxy in a loop (an Idempotency-Key each, ${RETRY_PAUSE_MS} ms pause after an answer other than 200); the stall is from the SIGKILL to the answer of the first 200 for a request sent after it; the killed node is restarted on its data directory and has caught up before the next kill. Stalls (ms): ${stalls.map((s) => fmt(s.stallMs, 0)).join(', ')}. During the stalls the client got: ${describe(stalls.reduce<Record<string, number>>((all, s) => { for (const [k, v] of Object.entries(s.seen)) all[k] = (all[k] ?? 0) + v; return all; }, {}))} (a 503 from haproxy: no server up). Rejoin (restart to caught up, ms): ${stalls.map((s) => fmt(s.rejoinMs, 0)).join(', ')}.`,
+        ]),
+    errorLines.length === 0 ? 'Node logs: no error lines.' : `Node logs: ${errorLines.length} error line(s), the first: ${errorLines.slice(0, 5).map((l) => `\`${l.replace(/`/g, "'")}\``).join('; ')}.`,
+  ];
+  const title = `# Bench: cluster mode vs single node, ${date.toISOString()}`;
+  const headers = ['measure', 'single node', 'cluster (leader + 1 follower + PostgreSQL)', 'ratio', 'target'];
+  printTable(title, headers, rows, notes.flatMap((n) => [n, '']));
+  const dir = `${ROOT}bench/results`;
+  mkdirSync(dir, { recursive: true });
+  const file = `${dir}/${date.toISOString().slice(0, 10)}-cluster.md`;
+  writeFileSync(file, [title, '', `| ${headers.join(' | ')} |`, `|${headers.map(() => '---').join('|')}|`, ...rows, '', ...notes.flatMap((n) => [n, '']), ''].join('\n'));
+  process.stdout.write(`written to ${file.slice(ROOT.length)}\n`);
+  rmSync(work, { recursive: true, force: true });
+}
+
+runBench(async () => {
+  await main();
+  process.exit(0);
+});

@@ -1,0 +1,701 @@
+// One node of a cluster (CONTRACT.md §12): its role, and the three loops that keep it in step
+// with the cluster's journal in PostgreSQL.
+//
+// - Replication (while not leading): reads the journal after what this node has applied, in
+//   order, and hands each batch to the host, which applies it through applyRecord (as live
+//   writes and recovery do) and journals it locally. A NOTIFY on the cluster's channel wakes it
+//   at each commit; a poll every REPLICATION_POLL_MS is the fallback.
+// - Election: a follower reads the lease and, once it has expired (by PostgreSQL's clock), takes
+//   it over; the leader renews it about five times per lease, and steps down when it is lost or
+//   cannot be renewed within the lease.
+// - Promotion: after a takeover the node applies the journal up to the head as of the takeover
+//   (no earlier leader can commit after it: lease.ts, cluster-journal.ts), and only then accepts
+//   writes, so every write ever answered 200 is seen (read-your-writes and Idempotency-Key
+//   replays hold across a leader change).
+//
+// - Snapshots and retention (cluster-snapshots.ts): each snapshot the leader completes locally is
+//   stored in PostgreSQL (off the request path, a few chunks per statement, one upload at a
+//   time); a node with nothing applied, or behind the start of the journal, loads the newest one
+//   and replicates the journal after it. With JOURNAL_RETENTION_SECONDS set, the leader then
+//   trims the journal in PostgreSQL (after each upload, and every minute).
+//
+// A leader whose commit failed (fenced by a newer epoch, or PostgreSQL unreachable) has applied
+// writes the cluster's journal may not hold. It steps down, rebuilds its state from its own data
+// directory (which only ever holds records PostgreSQL committed: the leader writes its local copy
+// after the commit), and follows again from there: same process, no restart.
+import type pg from 'pg';
+import { exportLine } from '../journal/export-line.ts';
+import { NotLeadingError } from '../journal/journal.ts';
+import type { JournalRecord } from '../journal/records.ts';
+import type { EntityCounts } from '../journal/snapshot-format.ts';
+import type { SnapshotMeta } from '../journal/store.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import { ClusterJournal, FencedError, type StoredBatch } from './cluster-journal.ts';
+import { ClusterSnapshots, type StoredSnapshot } from './cluster-snapshots.ts';
+import { Lease } from './lease.ts';
+import { closeClient, connectClient, LazyClient } from './pg-client.ts';
+import { channelOf, ensureClusterRows, ensureSchema } from './schema.ts';
+
+/** Batches read per round trip while replicating (each at most JOURNAL_MAX_BATCH_RECORDS). */
+const REPLICATION_BATCHES = 16;
+/** After a NOTIFY a follower waits this long before it reads, so one read takes several commits. */
+const REPLICATION_LINGER_MS = 15;
+/** A follower looks for new batches this often even without a NOTIFY (a lost LISTEN connection). */
+const REPLICATION_POLL_MS = 250;
+/** Waits between attempts while PostgreSQL cannot be reached: doubling up to the maximum. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 2_000;
+/** Renewals per lease; a follower also looks at the lease this often. */
+const RENEWALS_PER_LEASE = 5;
+/** Client-side limit on one query: a commit, a renewal, a read. */
+const QUERY_TIMEOUT_MS = 10_000;
+/** The leader trims the journal in PostgreSQL (when retention is set) at least this often. */
+const TRIM_EVERY_MS = 60_000;
+/** Journal batches deleted per retention statement (each statement is one short transaction). */
+const TRIM_BATCHES_PER_STATEMENT = 1_000;
+
+export type Role = 'follower' | 'candidate' | 'leader' | 'stepping-down' | 'stopped';
+
+/** What a node needs from the rest of the server. */
+export interface ClusterHost {
+  /** The seq of the last record this node has applied (and journaled locally). */
+  appliedSeq(): number;
+  /** Applies and journals locally the records of `batch` after appliedSeq(); resolves once they are durable locally when `wait` is set. */
+  applyBatch(firstSeq: number, records: JournalRecord[]): Promise<void>;
+  /** Every record applied so far is durable in the local journal. */
+  whenApplied(): Promise<void>;
+  /**
+   * Starts accepting writes in `epoch`: each journal batch is committed through `commit` (to
+   * PostgreSQL) before it is written locally and answered.
+   */
+  lead(epoch: number, commit: (firstSeq: number, records: JournalRecord[]) => Promise<void>): void;
+  /**
+   * Stops accepting writes: the open and in-flight batches fail (503). Resolves to true when
+   * writes were applied that PostgreSQL may not hold (then the host must rebuild).
+   */
+  stopLeading(reason: Error): Promise<boolean>;
+  /** Rebuilds the state from the local data directory (snapshot + local journal). */
+  rebuild(): Promise<void>;
+  /** This node's own journal record of `seq` (null when it is not, or no longer, stored). */
+  localRecord(seq: number): JournalRecord | null;
+  /** Leader only: delivery downstream. */
+  leading(on: boolean): void;
+  /** Retention keeps every record after this seq (sinks' confirmed position, oldest remembered key − 1); null: no such limit. */
+  keepAfter(): number | null;
+  /** Hands the chunks of local snapshot `meta` to `each`, a few at a time, in order. */
+  readSnapshot(meta: SnapshotMeta, each: (first: number, chunks: Buffer[]) => Promise<void>): Promise<void>;
+  /**
+   * Joining: makes `source` (a snapshot after this node's applied seq) the newest local snapshot,
+   * and rebuilds the state from it: appliedSeq() is then its seq.
+   */
+  installSnapshot(source: SnapshotSource): Promise<void>;
+}
+
+/** A snapshot stored in PostgreSQL, as a joining node reads it. */
+export interface SnapshotSource {
+  seq: number;
+  /** Records journalFrom..seq are copied into the local journal too (none when seq + 1). */
+  journalFrom: number;
+  chunks: number;
+  bytes: number;
+  entities: EntityCounts;
+  /** Chunks first.. (at most count; fewer, or none, when the snapshot was replaced meanwhile). */
+  readChunks(first: number, count: number): Promise<Buffer[]>;
+  /** The cluster journal's batches holding records after `afterSeq` (cluster-journal.ts). */
+  batchesAfter(afterSeq: number, maxBatches: number): Promise<StoredBatch[]>;
+}
+
+export interface ClusterNodeSettings {
+  url: string;
+  cluster: string;
+  leaseMs: number;
+  /** JOURNAL_RETENTION_SECONDS: 0 keeps the whole journal in PostgreSQL. */
+  journalRetentionSeconds: number;
+}
+
+export interface ClusterMetrics {
+  commitSeconds(seconds: number): void;
+  renewalFailed(): void;
+}
+
+/** The local journal is not a prefix of the cluster's (checkPrefix). */
+export class DivergedError extends Error {}
+
+export interface ClusterStatus {
+  node: string;
+  role: 'leader' | 'follower';
+  leader: string | null;
+  epoch: number;
+  appliedSeq: number;
+}
+
+export class ClusterNode {
+  private readonly settings: ClusterNodeSettings;
+  private readonly host: ClusterHost;
+  private readonly log: Logger;
+  private readonly metrics: ClusterMetrics;
+  readonly journal: ClusterJournal;
+  private readonly snapshots: ClusterSnapshots;
+  private readonly lease: Lease;
+  private readonly commits: LazyClient;
+  private readonly leaseClient: LazyClient;
+  private readonly reader: LazyClient;
+  /** Snapshot uploads and retention: a connection of their own, so they never delay a commit. */
+  private readonly upkeep: LazyClient;
+  private listener: pg.Client | null = null;
+  private name = '';
+  private address = '';
+  private roleNow: Role = 'follower';
+  private epochNow = 0;
+  private leaderName: string | null = null;
+  /** The last seq the journal is known to hold (from NOTIFYs, reads and takeovers). */
+  private knownHeadSeq = 0;
+  /** After a takeover: the journal's end as of it; the node leads once it has applied this far. */
+  private promoteAt = 0;
+  /** performance.now() until which the leader's lease surely holds (from its last renewal's send time). */
+  private leaseValidUntil = 0;
+  private running = false;
+  private electing = false;
+  private wakeTimer: NodeJS.Timeout | null = null;
+  /** Whether checkPrefix() ran (at start, or at the first round trip when PostgreSQL was down then). */
+  private prefixChecked = false;
+  /** Told when the local journal turns out not to be a prefix of the cluster's (the process ends). */
+  onDiverged: (error: DivergedError) => void = () => undefined;
+  private electAgain = false;
+  private wake: (() => void) | null = null;
+  private electionTimer: NodeJS.Timeout | null = null;
+  private replicating: Promise<void> | null = null;
+  private renewing = false;
+  private replicationErrorLogged = false;
+  private electionErrorLogged = false;
+  /** This node held nothing when it started: it looks for a snapshot in PostgreSQL first (once). */
+  private emptyChecked = false;
+  /** The newest local snapshot not uploaded yet, and the upload running (one at a time). */
+  private uploadNext: SnapshotMeta | null = null;
+  private uploading: Promise<void> | null = null;
+  private trimming: Promise<void> | null = null;
+  private trimTimer: NodeJS.Timeout | null = null;
+
+  constructor(settings: ClusterNodeSettings, host: ClusterHost, log: Logger, metrics: ClusterMetrics) {
+    this.settings = settings;
+    this.host = host;
+    this.log = log.child({ component: 'cluster' });
+    this.metrics = metrics;
+    this.journal = new ClusterJournal(settings.cluster);
+    this.snapshots = new ClusterSnapshots(settings.cluster);
+    this.lease = new Lease(settings.cluster, settings.leaseMs);
+    const options = (applicationName: string) => ({ queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName });
+    this.commits = new LazyClient(settings.url, options('intake-commit'));
+    this.leaseClient = new LazyClient(settings.url, options('intake-lease'));
+    this.reader = new LazyClient(settings.url, options('intake-replica'));
+    this.upkeep = new LazyClient(settings.url, options('intake-snapshot'));
+  }
+
+  get role(): Role {
+    return this.roleNow;
+  }
+
+  get epoch(): number {
+    return this.epochNow;
+  }
+
+  /** Records the cluster's journal holds that this node has not applied (as far as it knows). */
+  get lagRecords(): number {
+    return Math.max(0, this.knownHeadSeq - this.host.appliedSeq());
+  }
+
+  status(): ClusterStatus {
+    return {
+      node: this.name,
+      role: this.roleNow === 'leader' ? 'leader' : 'follower',
+      leader: this.roleNow === 'leader' ? this.name : this.leaderName,
+      epoch: this.epochNow,
+      appliedSeq: this.host.appliedSeq(),
+    };
+  }
+
+  /** Writes are accepted: this node leads, has applied the whole journal, and its lease holds. */
+  get accepting(): boolean {
+    return this.roleNow === 'leader' && performance.now() < this.leaseValidUntil;
+  }
+
+  /** Why a write is refused here (503 with Retry-After: 1), or null when it is accepted. */
+  refusal(): string | null {
+    if (this.accepting) return null;
+    if (this.roleNow === 'leader') return 'this node cannot renew its lease as the cluster\'s leader';
+    const leader = this.leaderName === null ? 'no leader is known yet' : `the leader is ${this.leaderName}`;
+    return `this node is not the cluster's leader (${leader})`;
+  }
+
+  /**
+   * Connects, creates the tables when missing, and starts replicating. Resolves once the node has
+   * caught up with the journal as it was when it started (or at once, when PostgreSQL cannot be
+   * reached: replication keeps trying in the background).
+   */
+  async start(): Promise<void> {
+    this.running = true;
+    try {
+      await this.reader.use(async (client) => {
+        await ensureSchema(client);
+        await ensureClusterRows(client, this.settings.cluster);
+        this.knownHeadSeq = (await this.journal.head(client)).lastSeq;
+        await this.checkPrefix(client);
+      });
+    } catch (error) {
+      if (error instanceof DivergedError) throw error;
+      this.log.error({ err: error }, 'cannot reach the cluster\'s PostgreSQL; retrying in the background');
+    }
+    void this.listen();
+    this.replicating = this.replicate();
+    if (this.settings.journalRetentionSeconds > 0) {
+      this.trimTimer = setInterval(() => void this.trimJournal(), TRIM_EVERY_MS);
+      this.trimTimer.unref();
+    }
+    const startedAt = performance.now();
+    // Catch up before serving, as a single node recovers before it listens, but never wait
+    // forever: a node whose PostgreSQL is down still answers /healthz and /cluster.
+    while (this.host.appliedSeq() < this.knownHeadSeq && performance.now() - startedAt < 60_000) await sleep(20);
+  }
+
+  /**
+   * This node's own journal must be a prefix of the cluster's: by the commit order it always is
+   * (a leader writes its copy after PostgreSQL committed). If it is not, the data directory was
+   * used by a single node or another cluster, or PostgreSQL lost commits (restored from a backup,
+   * failed over to an asynchronous replica). Following would mix two journals, and leading
+   * would fail every commit; the node refuses to start instead, and says what to do.
+   */
+  private async checkPrefix(client: pg.Client): Promise<void> {
+    this.prefixChecked = true;
+    const local = this.host.appliedSeq();
+    if (local === 0) return;
+    const head = await this.journal.head(client);
+    let reason: string | null = null;
+    if (local > head.lastSeq) reason = `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`;
+    else {
+      const [batch] = await this.journal.batchesAfter(client, local - 1, 1);
+      const theirs = batch === undefined ? undefined : batch.records[local - batch.firstSeq];
+      const mine = this.host.localRecord(local);
+      // Trimmed by retention on either side: nothing to compare, and nothing was mixed.
+      if (theirs !== undefined && mine !== null && exportLine(local, theirs) !== exportLine(local, mine)) {
+        reason = `its record ${local} is not the cluster's record ${local}`;
+      }
+    }
+    if (reason === null) return;
+    throw new DivergedError(
+      `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${reason}. ` +
+        `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). ` +
+        `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
+        `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
+    );
+  }
+
+  /** Takes part in elections from now on, known to the others as `name` at `address`. */
+  elect(name: string, address: string): void {
+    this.name = name;
+    this.address = address;
+    this.log.info({ node: name, address, cluster: this.settings.cluster }, 'cluster node: following, in the election');
+    const everyMs = Math.max(50, Math.floor(this.settings.leaseMs / RENEWALS_PER_LEASE));
+    const tick = (): void => {
+      this.electionTimer = setTimeout(() => void this.electionRound().finally(() => this.running && tick()), everyMs);
+    };
+    void this.electionRound().finally(tick);
+  }
+
+  /**
+   * Graceful stop. A leader gives its lease up (after the caller has answered what was in
+   * flight and drained the journal), so another node leads at once instead of after the lease.
+   */
+  async stop(): Promise<void> {
+    const wasLeader = this.roleNow === 'leader';
+    const epoch = this.epochNow;
+    this.running = false;
+    this.roleNow = 'stopped';
+    if (this.electionTimer !== null) clearTimeout(this.electionTimer);
+    if (this.trimTimer !== null) clearInterval(this.trimTimer);
+    this.uploadNext = null;
+    this.wake?.();
+    if (wasLeader) {
+      try {
+        await this.leaseClient.use((client) => this.lease.release(client, this.name, epoch, channelOf(this.settings.cluster)));
+        this.log.info({ epoch }, 'leader lease released');
+      } catch (error) {
+        this.log.warn({ err: error }, 'could not release the leader lease; another node takes over once it expires');
+      }
+    }
+    await this.replicating;
+    // An upload stops after its current statement, and stays incomplete in PostgreSQL (nothing
+    // reads it; the next complete one removes it).
+    await Promise.allSettled([this.uploading, this.trimming]);
+    await Promise.all([this.commits.close(), this.leaseClient.close(), this.reader.close(), this.upkeep.close(), closeClient(this.listener)]);
+  }
+
+  /** The host's journal failed a commit: step down (and rebuild what was applied but may be lost). */
+  commitFailed(error: Error): void {
+    if (this.roleNow !== 'leader') return;
+    void this.stepDown(error instanceof FencedError ? 'fenced: another node leads' : 'a commit to PostgreSQL failed', error);
+  }
+
+  // --- replication ---
+
+  private async replicate(): Promise<void> {
+    let retryMs = RETRY_FIRST_MS;
+    while (this.running) {
+      if (this.roleNow === 'leader' || this.roleNow === 'stepping-down') {
+        await this.sleep(REPLICATION_POLL_MS);
+        continue;
+      }
+      let batches: StoredBatch[];
+      try {
+        if (!this.prefixChecked) {
+          try {
+            await this.reader.use((client) => this.checkPrefix(client));
+          } catch (error) {
+            if (!(error instanceof DivergedError)) this.prefixChecked = false;
+            throw error;
+          }
+        }
+        // A node that holds nothing loads the newest snapshot first, when there is one: faster
+        // than applying the journal from its start (which retention may have trimmed anyway).
+        // Tried once: if loading it fails, the journal is applied instead (or, if it no longer
+        // reaches back, the snapshot is tried again below).
+        if (!this.emptyChecked) {
+          const stored = this.host.appliedSeq() === 0 ? await this.newestSnapshotAhead() : null;
+          this.emptyChecked = true;
+          if (stored !== null) await this.joinFromSnapshot(stored, 'this node holds nothing yet');
+        }
+        const after = this.host.appliedSeq();
+        batches = await this.reader.use((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
+        if (batches.length === 0 && after < this.knownHeadSeq && (await this.trimmedPast(after))) {
+          await this.joinOrFail(after, null);
+          continue;
+        }
+        let joined = false;
+        for (const batch of batches) {
+          const applied = this.host.appliedSeq();
+          if (batch.firstSeq > applied + 1) {
+            await this.joinOrFail(applied, batch.firstSeq);
+            joined = true;
+            break;
+          }
+          if (batch.lastSeq <= applied) continue;
+          const from = applied + 1 - batch.firstSeq;
+          await this.host.applyBatch(applied + 1, from === 0 ? batch.records : batch.records.slice(from));
+          if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
+        }
+        if (this.replicationErrorLogged) this.log.info({ appliedSeq: this.host.appliedSeq() }, 'replication: reading the cluster\'s journal again');
+        this.replicationErrorLogged = false;
+        retryMs = RETRY_FIRST_MS;
+        if (joined) continue;
+      } catch (error) {
+        if (error instanceof DivergedError) {
+          this.log.fatal({ err: error.message }, 'this node\'s journal is not a copy of the cluster\'s: stopping');
+          this.onDiverged(error);
+          return;
+        }
+        if (!this.replicationErrorLogged) this.log.error({ err: error, appliedSeq: this.host.appliedSeq() }, 'replication: cannot read the cluster\'s journal; retrying');
+        this.replicationErrorLogged = true;
+        await this.sleep(retryMs);
+        retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+        continue;
+      }
+      if (this.roleNow === 'candidate' && this.host.appliedSeq() >= this.promoteAt) {
+        await this.promote();
+        continue;
+      }
+      if (batches.length < REPLICATION_BATCHES) await this.sleep(REPLICATION_POLL_MS);
+    }
+  }
+
+  /** The journal holds no record after `appliedSeq` although the head is past it: retention trimmed them. */
+  private async trimmedPast(appliedSeq: number): Promise<boolean> {
+    return this.reader.use(async (client) => {
+      const head = await this.journal.head(client);
+      if (head.lastSeq <= appliedSeq) return false;
+      const first = await this.journal.firstSeq(client);
+      return first === null || first > appliedSeq + 1;
+    });
+  }
+
+  /** The journal no longer reaches back to `appliedSeq` + 1: join through the newest snapshot, or fail (and retry). */
+  private async joinOrFail(appliedSeq: number, journalStartsAt: number | null): Promise<void> {
+    const starts = journalStartsAt === null ? 'holds no record after it' : `starts at seq ${journalStartsAt}`;
+    const stored = await this.newestSnapshotAhead();
+    if (stored !== null) return this.joinFromSnapshot(stored, `the cluster's journal ${starts} (retention)`);
+    throw new Error(`the cluster's journal ${starts}, after this node's ${appliedSeq}, and PostgreSQL holds no snapshot that covers the records in between`);
+  }
+
+  /** The newest complete snapshot stored in PostgreSQL if it is ahead of what this node has applied, else null. */
+  private async newestSnapshotAhead(): Promise<StoredSnapshot | null> {
+    const applied = this.host.appliedSeq();
+    const stored = await this.reader.use((client) => this.snapshots.newest(client));
+    return stored !== null && stored.seq > applied ? stored : null;
+  }
+
+  /**
+   * Loads a snapshot stored in PostgreSQL: it becomes the node's newest local snapshot, the
+   * state is rebuilt from it, and replication goes on after its seq.
+   */
+  private async joinFromSnapshot(stored: StoredSnapshot, why: string): Promise<void> {
+    const applied = this.host.appliedSeq();
+    const startedAt = performance.now();
+    this.log.info({ snapshot: stored.id, seq: stored.seq, chunks: stored.chunks, bytes: stored.bytes, appliedSeq: applied, why }, 'joining from the snapshot stored in PostgreSQL');
+    await this.host.installSnapshot(this.sourceOf(stored));
+    if (this.host.appliedSeq() > this.knownHeadSeq) this.knownHeadSeq = this.host.appliedSeq();
+    this.log.info({ snapshot: stored.id, seq: stored.seq, appliedSeq: this.host.appliedSeq(), durationMs: Math.round(performance.now() - startedAt) }, 'joined from the snapshot stored in PostgreSQL');
+  }
+
+  private sourceOf(stored: StoredSnapshot): SnapshotSource {
+    return {
+      seq: stored.seq,
+      journalFrom: stored.journalFrom,
+      chunks: stored.chunks,
+      bytes: stored.bytes,
+      entities: stored.entities ?? { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0, idempotencyKeys: 0 },
+      readChunks: (first, count) => this.reader.use((client) => this.snapshots.chunks(client, stored.id, first, count)),
+      batchesAfter: (afterSeq, maxBatches) => this.reader.use((client) => this.journal.batchesAfter(client, afterSeq, maxBatches)),
+    };
+  }
+
+  // --- snapshots in PostgreSQL, retention (leader) ---
+
+  /**
+   * A local snapshot was completed. The leader stores it in PostgreSQL, in the background; a
+   * snapshot completed while an upload runs is stored after it (only the newest is).
+   */
+  snapshotWritten(meta: SnapshotMeta): void {
+    if (this.roleNow !== 'leader' || !this.running) return;
+    this.uploadNext = meta;
+    this.uploading ??= this.uploadLoop().finally(() => (this.uploading = null));
+  }
+
+  private async uploadLoop(): Promise<void> {
+    while (this.uploadNext !== null && this.running) {
+      const meta = this.uploadNext;
+      this.uploadNext = null;
+      try {
+        await this.upload(meta);
+      } catch (error) {
+        if (this.running) this.log.error({ err: error, snapshot: meta.id, seq: meta.seq }, 'could not store the snapshot in PostgreSQL; the next snapshot tries again');
+        else this.log.info({ snapshot: meta.id, seq: meta.seq }, 'stopping: the snapshot\'s upload to PostgreSQL was cut short');
+        continue;
+      }
+      await this.trimJournal();
+    }
+  }
+
+  private async upload(meta: SnapshotMeta): Promise<void> {
+    const startedAt = performance.now();
+    // A node that joins from this snapshot holds the records after it, and also those before it
+    // that a sink has not confirmed yet or that a remembered Idempotency-Key names (a retried
+    // app launch is answered from its record): it may lead one day.
+    const keepAfter = this.host.keepAfter();
+    const journalFrom = keepAfter === null ? meta.seq + 1 : Math.min(keepAfter, meta.seq) + 1;
+    const id = await this.upkeep.use((client) => this.snapshots.create(client, meta.seq, meta.chunks, meta.bytes, meta.entities, journalFrom));
+    if (id === null) {
+      this.log.info({ seq: meta.seq }, 'PostgreSQL already holds a snapshot as new as this one');
+      return;
+    }
+    await this.host.readSnapshot(meta, async (first, chunks) => {
+      if (!this.running) throw new Error('stopping');
+      await this.upkeep.use((client) => this.snapshots.putChunks(client, id, first, chunks));
+    });
+    await this.upkeep.use((client) => this.snapshots.complete(client, id));
+    const removed = await this.upkeep.use((client) => this.snapshots.removeOlder(client, id, meta.seq));
+    this.log.info(
+      { snapshot: id, localSnapshot: meta.id, seq: meta.seq, journalFrom, chunks: meta.chunks, bytes: meta.bytes, durationMs: Math.round(performance.now() - startedAt), removedSnapshots: removed.snapshots },
+      'snapshot stored in PostgreSQL',
+    );
+  }
+
+  /** Journal retention in PostgreSQL (leader only, JOURNAL_RETENTION_SECONDS > 0). */
+  private trimJournal(): Promise<void> {
+    if (this.settings.journalRetentionSeconds <= 0 || this.roleNow !== 'leader') return Promise.resolve();
+    this.trimming ??= this.trimSteps()
+      .catch((error: unknown) => this.log.error({ err: error }, 'journal retention in PostgreSQL failed; tried again later'))
+      .finally(() => (this.trimming = null));
+    return this.trimming;
+  }
+
+  private async trimSteps(): Promise<void> {
+    const keepAfter = this.host.keepAfter();
+    const total = { batches: 0, records: 0, lastSeq: null as number | null };
+    for (;;) {
+      if (this.roleNow !== 'leader' || !this.running) break;
+      const step = await this.upkeep.use((client) => this.snapshots.trimJournal(client, keepAfter, this.settings.journalRetentionSeconds, TRIM_BATCHES_PER_STATEMENT));
+      total.batches += step.batches;
+      total.records += step.records;
+      if (step.lastSeq !== null) total.lastSeq = step.lastSeq;
+      if (step.batches < TRIM_BATCHES_PER_STATEMENT) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    if (total.batches > 0) {
+      this.log.info({ batches: total.batches, records: total.records, trimmedThroughSeq: total.lastSeq, keepAfter, retentionSeconds: this.settings.journalRetentionSeconds }, 'cluster journal trimmed by retention in PostgreSQL');
+    }
+  }
+
+  /** LISTEN on the cluster's channel: commits and lease releases wake this node. Reconnects. */
+  private async listen(): Promise<void> {
+    let retryMs = RETRY_FIRST_MS;
+    while (this.running) {
+      let client: pg.Client | null = null;
+      try {
+        client = await connectClient(this.settings.url, { queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName: 'intake-listen' });
+        const lost = new Promise<void>((resolve) => {
+          client!.once('end', resolve);
+          client!.once('error', () => resolve());
+        });
+        client.on('notification', (message) => {
+          const payload = message.payload ?? '';
+          if (payload === 'released') void this.electionRound();
+          else {
+            const seq = Number(payload);
+            if (Number.isSafeInteger(seq) && seq > this.knownHeadSeq) this.knownHeadSeq = seq;
+            if (this.roleNow !== 'leader') this.wakeSoon();
+          }
+        });
+        await client.query(`LISTEN "${channelOf(this.settings.cluster)}"`);
+        this.listener = client;
+        retryMs = RETRY_FIRST_MS;
+        await lost;
+      } catch {
+        // PostgreSQL unreachable: the poll keeps replication going meanwhile.
+      }
+      if (this.listener === client) this.listener = null;
+      await closeClient(client);
+      if (this.running) await sleep(retryMs);
+      retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+    }
+  }
+
+  // --- election ---
+
+  private async electionRound(): Promise<void> {
+    if (!this.running || this.name === '') return;
+    if (this.electing) {
+      // A release heard while a round runs must not wait for the next tick (handover in ~1 s).
+      this.electAgain = true;
+      return;
+    }
+    this.electing = true;
+    this.electAgain = false;
+    try {
+      if (this.roleNow === 'leader' || this.roleNow === 'candidate') await this.renew();
+      else if (this.roleNow === 'follower') await this.tryTakeOver();
+      if (this.electionErrorLogged) this.log.info('election: PostgreSQL answers again');
+      this.electionErrorLogged = false;
+    } catch (error) {
+      if (!this.electionErrorLogged) this.log.error({ err: error }, 'election: cannot reach the cluster\'s PostgreSQL');
+      this.electionErrorLogged = true;
+    } finally {
+      this.electing = false;
+    }
+    if ((this.roleNow === 'leader' || this.roleNow === 'candidate') && performance.now() >= this.leaseValidUntil) {
+      await this.stepDown('the lease could not be renewed in time', new NotLeadingError('this node lost contact with the cluster\'s PostgreSQL and stopped leading'));
+    }
+    if (this.electAgain) void this.electionRound();
+  }
+
+  private async tryTakeOver(): Promise<void> {
+    const state = await this.leaseClient.use((client) => this.lease.read(client));
+    this.epochNow = Math.max(this.epochNow, state.epoch);
+    this.leaderName = state.live ? state.node : null;
+    if (state.live) return;
+    const sentAt = performance.now();
+    const taken = await this.leaseClient.use((client) => this.lease.takeOver(client, this.name, this.address));
+    if (taken === null) return;
+    this.leaseValidUntil = sentAt + this.settings.leaseMs;
+    this.epochNow = taken.epoch;
+    this.leaderName = this.name;
+    this.promoteAt = taken.lastSeq;
+    if (taken.lastSeq > this.knownHeadSeq) this.knownHeadSeq = taken.lastSeq;
+    this.roleNow = 'candidate';
+    this.log.info({ epoch: taken.epoch, journalSeq: taken.lastSeq, appliedSeq: this.host.appliedSeq() }, 'took the leader lease; applying the journal to its end before accepting writes');
+    this.wake?.();
+  }
+
+  private async renew(): Promise<void> {
+    if (this.renewing) return;
+    this.renewing = true;
+    const sentAt = performance.now();
+    const epoch = this.epochNow;
+    try {
+      const held = await this.leaseClient.use((client) => this.lease.renew(client, this.name, epoch));
+      if (held) this.leaseValidUntil = sentAt + this.settings.leaseMs;
+      else await this.stepDown('the lease was taken over', new NotLeadingError('another node took over as the cluster\'s leader'));
+    } catch (error) {
+      this.metrics.renewalFailed();
+      throw error;
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  /** Candidate → leader, once everything committed by earlier leaders is applied here. */
+  private async promote(): Promise<void> {
+    await this.host.whenApplied();
+    if (this.roleNow !== 'candidate') return;
+    const epoch = this.epochNow;
+    this.host.lead(epoch, (firstSeq, records) => this.commit(epoch, firstSeq, records));
+    this.roleNow = 'leader';
+    this.host.leading(true);
+    this.log.info({ epoch, appliedSeq: this.host.appliedSeq() }, 'leading: accepting writes');
+  }
+
+  private async commit(epoch: number, firstSeq: number, records: JournalRecord[]): Promise<void> {
+    const startedAt = performance.now();
+    await this.commits.use((client) => this.journal.commit(client, epoch, firstSeq, records));
+    this.metrics.commitSeconds((performance.now() - startedAt) / 1000);
+    const lastSeq = firstSeq + records.length - 1;
+    if (lastSeq > this.knownHeadSeq) this.knownHeadSeq = lastSeq;
+  }
+
+  private async stepDown(reason: string, error: Error): Promise<void> {
+    if (this.roleNow !== 'leader' && this.roleNow !== 'candidate') return;
+    const wasLeader = this.roleNow === 'leader';
+    this.roleNow = 'stepping-down';
+    this.leaderName = null;
+    this.log.warn({ reason, err: error.message, epoch: this.epochNow }, 'stepping down: no longer accepting writes');
+    if (wasLeader) this.host.leading(false);
+    const lost = wasLeader ? await this.host.stopLeading(error) : false;
+    if (lost) {
+      const startedAt = performance.now();
+      await this.host.rebuild();
+      this.log.warn({ appliedSeq: this.host.appliedSeq(), rebuildMs: Math.round(performance.now() - startedAt) }, 'dropped the writes PostgreSQL may not hold: state rebuilt from this node\'s own journal; catching up');
+    }
+    if (this.roleNow === 'stepping-down') this.roleNow = 'follower';
+    this.wake?.();
+  }
+
+  /**
+   * A commit was heard: read it a moment later, so that one read (one round trip, one local
+   * LMDB transaction) takes the leader's next few batches too. Under load the leader commits a
+   * small batch every few milliseconds, and a read per commit cost the follower more CPU per
+   * record than applying it. A candidate catching up reads at once.
+   */
+  private wakeSoon(): void {
+    if (this.roleNow === 'candidate') return this.wake?.();
+    if (this.wakeTimer !== null) return;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = null;
+      this.wake?.();
+    }, REPLICATION_LINGER_MS);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | null = null;
+      const done = (): void => {
+        if (timer !== null) clearTimeout(timer);
+        if (this.wake === done) this.wake = null;
+        resolve();
+      };
+      timer = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,77 @@
+// The leader lease (CONTRACT.md §12), kept in PostgreSQL and timed by PostgreSQL's clock only
+// (clock_timestamp(), not now(): now() is the transaction's start, and a node's own clock is
+// never compared with another's). The lease is for liveness: it says who should lead and when a
+// silent leader may be replaced. Safety does not rest on it: the head row's epoch does
+// (cluster-journal.ts), so a leader that still believes in an expired lease commits nothing.
+import type pg from 'pg';
+import { SCHEMA } from './schema.ts';
+
+export interface LeaseState {
+  /** The node holding (or that last held) the lease, null when none ever did. */
+  node: string | null;
+  address: string | null;
+  epoch: number;
+  /** Still valid by PostgreSQL's clock. */
+  live: boolean;
+}
+
+export class Lease {
+  constructor(
+    readonly cluster: string,
+    readonly leaseMs: number,
+  ) {}
+
+  async read(client: pg.Client): Promise<LeaseState> {
+    const { rows } = await client.query<{ node: string | null; address: string | null; epoch: string; live: boolean }>(
+      `SELECT node, address, epoch, expires_at > clock_timestamp() AS live FROM ${SCHEMA}.lease WHERE cluster = $1`,
+      [this.cluster],
+    );
+    const row = rows[0];
+    return row === undefined ? { node: null, address: null, epoch: 0, live: false } : { node: row.node, address: row.address, epoch: Number(row.epoch), live: row.live };
+  }
+
+  /**
+   * Takes the lease if it has expired (or was released): a compare-and-set that also bumps the
+   * epoch, and in the same statement moves the head row to the new epoch, so that from this
+   * statement's commit on no earlier leader can commit. Returns the new epoch and the journal's
+   * last seq as of the takeover, or null when the lease is still someone's.
+   */
+  async takeOver(client: pg.Client, node: string, address: string): Promise<{ epoch: number; lastSeq: number } | null> {
+    const { rows } = await client.query<{ epoch: string; last_seq: string }>(
+      `WITH l AS (
+         UPDATE ${SCHEMA}.lease
+         SET node = $2, address = $3, epoch = epoch + 1, expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+         WHERE cluster = $1 AND expires_at <= clock_timestamp()
+         RETURNING epoch
+       ), h AS (
+         UPDATE ${SCHEMA}.head SET epoch = l.epoch FROM l WHERE head.cluster = $1
+         RETURNING head.epoch, head.last_seq
+       )
+       SELECT epoch, last_seq FROM h`,
+      [this.cluster, node, address, this.leaseMs],
+    );
+    const row = rows[0];
+    return row === undefined ? null : { epoch: Number(row.epoch), lastSeq: Number(row.last_seq) };
+  }
+
+  /** Extends the lease by leaseMs from now (PostgreSQL's now); false when it is no longer ours. */
+  async renew(client: pg.Client, node: string, epoch: number): Promise<boolean> {
+    const result = await client.query(
+      `UPDATE ${SCHEMA}.lease SET expires_at = clock_timestamp() + $4 * interval '1 millisecond' WHERE cluster = $1 AND node = $2 AND epoch = $3`,
+      [this.cluster, node, epoch, this.leaseMs],
+    );
+    return result.rowCount === 1;
+  }
+
+  /** Gives the lease up at once (graceful stop), and wakes the followers to take it. */
+  async release(client: pg.Client, node: string, epoch: number, channel: string): Promise<boolean> {
+    const result = await client.query(
+      `WITH l AS (
+         UPDATE ${SCHEMA}.lease SET expires_at = clock_timestamp() WHERE cluster = $1 AND node = $2 AND epoch = $3 RETURNING epoch
+       )
+       SELECT pg_notify($4, 'released') FROM l`,
+      [this.cluster, node, epoch, channel],
+    );
+    return result.rowCount === 1;
+  }
+}

@@ -1,0 +1,202 @@
+// The state side of a cluster node: what ClusterNode (cluster-node.ts) asks of the rest of the
+// server. Replicated batches become state through applyRecord, exactly as live writes and
+// recovery do, and are journaled locally (the node's own copy, for restarts, export and
+// snapshots); the remembered Idempotency-Keys come with them, so a follower holds the full
+// state. A leader that stepped down after a failed commit rebuilds everything from its own
+// data directory, which only ever holds records PostgreSQL committed.
+//
+// Joining through a snapshot stored in PostgreSQL (installSnapshot): its chunks become this
+// node's newest complete local snapshot, the local journal is replaced by the cluster journal's
+// records from the snapshot's `journalFrom` up to its seq (those a sink had not confirmed, or
+// that a remembered Idempotency-Key names, when the leader stored it: a retried app launch is
+// answered from its record, and this node may lead and deliver one day), and the state is
+// rebuilt from that, as recovery does at a start. The local snapshot is complete before the
+// local journal is touched, so a crash at any point leaves a data directory recovery accepts
+// (the snapshot, and a local journal that starts at or before it).
+import { applyRecord } from '../actors/apply.ts';
+import type { ProfileInterner } from '../actors/interner.ts';
+import type { Workspaces } from '../actors/workspace.ts';
+import { keyHashOf, type KeyTable } from '../idempotency/key-table.ts';
+import type { Journal } from '../journal/journal.ts';
+import type { JournalRecord } from '../journal/records.ts';
+import { recover } from '../journal/recovery.ts';
+import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
+import type { SnapshotMeta, Store } from '../journal/store.ts';
+import type { ClusterHost, SnapshotSource } from './cluster-node.ts';
+
+/** Local journal writes a follower lets run ahead of it (each is one LMDB put and fsync). */
+const MAX_LOCAL_WRITES_IN_FLIGHT = 32;
+/** Snapshot chunks read per step (from LMDB to upload, from PostgreSQL to install); chunks are ~12 KB, key chunks up to 256 KB. */
+const CHUNKS_PER_STEP = 32;
+/** Bytes of chunks per upload step at most (one statement; node-postgres hex-encodes them on this thread). */
+const CHUNK_BYTES_PER_STEP = 1024 * 1024;
+/** Cluster journal batches read per step while copying the records before a joined snapshot. */
+const JOURNAL_BATCHES_PER_STEP = 16;
+/** Local journal batches removed per LMDB transaction when a join replaces the local journal. */
+const REMOVE_BATCHES_PER_TXN = 1_000;
+
+export interface NodeStateDeps {
+  store: Store;
+  dataDir: string;
+  journal: Journal;
+  workspaces: Workspaces;
+  interner: ProfileInterner;
+  keys: KeyTable;
+  writer: SnapshotWriter;
+  /** Starts or stops what only the leader runs (delivery downstream). */
+  leading(on: boolean): void;
+  /** Records after this seq must be kept (undelivered to a sink, or a remembered key's record and after); null: no such limit. */
+  keepAfter(): number | null;
+}
+
+export class NodeState implements ClusterHost {
+  private readonly deps: NodeStateDeps;
+  private readonly writes = new Set<Promise<void>>();
+
+  constructor(deps: NodeStateDeps) {
+    this.deps = deps;
+  }
+
+  localRecord(seq: number): JournalRecord | null {
+    return this.deps.journal.recordAt(seq);
+  }
+
+  appliedSeq(): number {
+    return this.deps.journal.lastAppendedSeq;
+  }
+
+  async applyBatch(firstSeq: number, records: JournalRecord[]): Promise<void> {
+    const { journal, workspaces, interner, keys } = this.deps;
+    if (firstSeq !== journal.lastAppendedSeq + 1) throw new Error(`replicated batch at seq ${firstSeq} does not follow this node's ${journal.lastAppendedSeq}`);
+    // Keys older than the window are not remembered, as at recovery.
+    const oldestKeptMs = Date.now() - keys.windowSeconds * 1000;
+    for (let i = 0; i < records.length; i++) {
+      const record = records[i]!;
+      applyRecord(workspaces, interner, record);
+      if (record.idem !== undefined && record.at >= oldestKeptMs) keys.remember(keyHashOf(record.idem), firstSeq + i, record.at);
+    }
+    const write = journal.appendReplicated(firstSeq, records);
+    this.writes.add(write);
+    void write.finally(() => this.writes.delete(write)).catch(() => undefined);
+    // Apply ahead of the local fsyncs, but only so far: the writes hold their records.
+    if (this.writes.size >= MAX_LOCAL_WRITES_IN_FLIGHT) await Promise.race(this.writes);
+  }
+
+  async whenApplied(): Promise<void> {
+    await Promise.all([...this.writes]);
+    await this.deps.journal.whenDurable();
+  }
+
+  lead(epoch: number, commit: (firstSeq: number, records: JournalRecord[]) => Promise<void>): void {
+    this.deps.journal.lead(commit);
+  }
+
+  stopLeading(reason: Error): Promise<boolean> {
+    return this.deps.journal.stopLeading(reason);
+  }
+
+  async rebuild(): Promise<void> {
+    const { store, journal, workspaces, interner, keys, writer, dataDir } = this.deps;
+    // A snapshot in progress covers state that is being dropped.
+    await writer.abort();
+    await Promise.allSettled([...this.writes]);
+    workspaces.clear();
+    keys.clear();
+    store.root.resetReadTxn();
+    const report = recover(store, workspaces, interner, keys, dataDir);
+    journal.reset(report.lastSeq);
+  }
+
+  leading(on: boolean): void {
+    this.deps.leading(on);
+  }
+
+  keepAfter(): number | null {
+    return this.deps.keepAfter();
+  }
+
+  async readSnapshot(meta: SnapshotMeta, each: (first: number, chunks: Buffer[]) => Promise<void>): Promise<void> {
+    const { store } = this.deps;
+    // A read transaction of its own: a newer local snapshot may delete this one meanwhile.
+    const txn = store.root.useReadTransaction();
+    try {
+      for (let first = 0; first < meta.chunks; ) {
+        const chunks: Buffer[] = [];
+        let bytes = 0;
+        while (first + chunks.length < meta.chunks && chunks.length < CHUNKS_PER_STEP && bytes < CHUNK_BYTES_PER_STEP) {
+          const chunk = store.snapshotChunks.get([meta.id, first + chunks.length], { transaction: txn });
+          if (chunk === undefined) throw new Error(`local snapshot ${meta.id} has no chunk ${first + chunks.length}`);
+          chunks.push(chunk);
+          bytes += chunk.length;
+        }
+        await each(first, chunks);
+        first += chunks.length;
+      }
+    } finally {
+      txn.done();
+    }
+  }
+
+  async installSnapshot(source: SnapshotSource): Promise<void> {
+    const { store, writer } = this.deps;
+    const { seq, chunks, bytes } = source;
+    await Promise.allSettled([...this.writes]);
+    await writer.install(async (id) => {
+      const meta: SnapshotMeta = { id, seq, startedAt: Date.now(), completedAt: null, chunks, bytes, entities: source.entities };
+      await store.snapshots.put(id, meta);
+      let stored = 0;
+      for (let first = 0; first < chunks; ) {
+        const data = await source.readChunks(first, Math.min(CHUNKS_PER_STEP, chunks - first));
+        if (data.length === 0) throw new Error(`the snapshot in PostgreSQL lost chunk ${first} of ${chunks} (a newer one replaced it)`);
+        await Promise.all(data.map((chunk, i) => store.snapshotChunks.put([id, first + i], chunk)));
+        for (const chunk of data) stored += chunk.length;
+        first += data.length;
+      }
+      if (stored !== bytes) throw new Error(`the snapshot in PostgreSQL has ${stored} bytes of chunks, not ${bytes}`);
+      const complete: SnapshotMeta = { ...meta, completedAt: Date.now() };
+      await store.snapshots.put(id, complete);
+      return complete;
+    }, async () => {
+      // The local journal ends before the snapshot, and the cluster's journal no longer has
+      // what follows it (or this node holds nothing): replace it, so it has no hole.
+      try {
+        await removeJournal(store);
+        await this.copyRecordsBefore(source, source.journalFrom, seq);
+      } finally {
+        // Whatever happened to the copy, the state is the snapshot's from now on.
+        await this.rebuild();
+      }
+    });
+  }
+
+  /** Copies the cluster journal's records from `fromSeq` (or its first, if later) to `toSeq` into the local journal. */
+  private async copyRecordsBefore(source: SnapshotSource, fromSeq: number, toSeq: number): Promise<void> {
+    const { store } = this.deps;
+    if (fromSeq > toSeq) return;
+    let after = fromSeq - 1;
+    while (after < toSeq) {
+      const batches = await source.batchesAfter(after, JOURNAL_BATCHES_PER_STEP);
+      if (batches.length === 0) return;
+      for (const batch of batches) {
+        const start = Math.max(after + 1, batch.firstSeq);
+        if (start > toSeq) return;
+        // Retention may have trimmed past journalFrom since (sinks confirmed, keys expired): start later.
+        if (start > after + 1 && after >= fromSeq) throw new Error(`the cluster's journal has no records ${after + 1} to ${start - 1}`);
+        const end = Math.min(batch.lastSeq, toSeq);
+        await store.journal.put(start, batch.records.slice(start - batch.firstSeq, end - batch.firstSeq + 1));
+        after = end;
+      }
+    }
+  }
+}
+
+/** Deletes every batch of the local journal, in bounded LMDB transactions. */
+async function removeJournal(store: Store): Promise<void> {
+  const keys = [...store.journal.getKeys()];
+  for (let i = 0; i < keys.length; i += REMOVE_BATCHES_PER_TXN) {
+    const group = keys.slice(i, i + REMOVE_BATCHES_PER_TXN);
+    await store.root.transaction(() => {
+      for (const key of group) store.journal.removeSync(key);
+    });
+  }
+}

@@ -1,0 +1,98 @@
+// The cluster's tables in PostgreSQL, schema `intake_cluster`, shared by every cluster of one
+// database (each row carries its cluster's name). Created when missing, under an advisory lock:
+// several nodes starting at once would otherwise race on CREATE ... IF NOT EXISTS (which is not
+// safe against a concurrent create of the same name).
+import type pg from 'pg';
+
+export const SCHEMA = 'intake_cluster';
+
+const DDL_LOCK_KEY = 0x696e74616b65; // "intake"
+
+const DDL = [
+  `CREATE SCHEMA IF NOT EXISTS ${SCHEMA}`,
+  // The leader lease: which node leads, in which epoch, until when (PostgreSQL's clock only).
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.lease (
+     cluster text PRIMARY KEY,
+     node text,
+     address text,
+     epoch bigint NOT NULL,
+     expires_at timestamptz NOT NULL)`,
+  // The journal's head: the epoch allowed to commit and the last committed seq. Every commit is
+  // a compare-and-set on this row; a takeover bumps its epoch in the same statement that takes
+  // the lease. That row is what makes two leaders' commits impossible (cluster-journal.ts).
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.head (
+     cluster text PRIMARY KEY,
+     epoch bigint NOT NULL,
+     last_seq bigint NOT NULL)`,
+  // One row per group-commit batch: records first_seq..last_seq, msgpack (record-codec.ts).
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.journal (
+     cluster text NOT NULL,
+     first_seq bigint NOT NULL,
+     last_seq bigint NOT NULL,
+     epoch bigint NOT NULL,
+     committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+     records bytea NOT NULL,
+     PRIMARY KEY (cluster, first_seq),
+     CHECK (last_seq >= first_seq))`,
+  // The newest snapshot of the cluster, for nodes that join (cluster-snapshots.ts): one row per
+  // snapshot (the state after record `seq`), complete once `completed_at` is set, which is only
+  // after all `chunks` chunk rows were written. Chunks are the local snapshot's own values
+  // (snapshot-format.ts: self-contained msgpack, read in chunk order). Older snapshots are
+  // deleted once a newer one is complete. `journal_from`: a node that joins from the snapshot
+  // also copies the journal's records from this seq up to `seq` (records a sink had not
+  // confirmed, or that a remembered Idempotency-Key names, when the snapshot was stored).
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.snapshots (
+     cluster text,
+     id bigint,
+     seq bigint NOT NULL,
+     chunks int NOT NULL,
+     bytes bigint NOT NULL,
+     entities jsonb,
+     journal_from bigint,
+     created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+     completed_at timestamptz,
+     PRIMARY KEY (cluster, id))`,
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.snapshot_chunks (
+     cluster text,
+     id bigint,
+     chunk int,
+     data bytea NOT NULL,
+     PRIMARY KEY (cluster, id, chunk))`,
+  // Service keys of cluster mode (pg-keys.ts): sha256 of the key, the 12-character prefix in
+  // plain text, never the key. Times in milliseconds since 1970, as the keys CLI shows them.
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.keys (
+     cluster text,
+     hash text,
+     workspace text NOT NULL,
+     prefix text NOT NULL,
+     created_at bigint NOT NULL,
+     revoked_at bigint,
+     PRIMARY KEY (cluster, hash))`,
+  // Bumped in the transaction of every key change; each node polls it (every 250 ms).
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.keys_version (
+     cluster text PRIMARY KEY,
+     version bigint NOT NULL)`,
+];
+
+export async function ensureSchema(client: pg.Client): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    await client.query('SELECT pg_advisory_xact_lock($1)', [DDL_LOCK_KEY]);
+    for (const statement of DDL) await client.query(statement);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The cluster's lease and head rows, created when missing (epoch 0, nothing committed). */
+export async function ensureClusterRows(client: pg.Client, cluster: string): Promise<void> {
+  await client.query(`INSERT INTO ${SCHEMA}.lease (cluster, node, address, epoch, expires_at) VALUES ($1, NULL, NULL, 0, '-infinity') ON CONFLICT (cluster) DO NOTHING`, [cluster]);
+  await client.query(`INSERT INTO ${SCHEMA}.head (cluster, epoch, last_seq) VALUES ($1, 0, 0) ON CONFLICT (cluster) DO NOTHING`, [cluster]);
+}
+
+/** The LISTEN/NOTIFY channel of a cluster: commits and lease releases wake its followers. */
+export function channelOf(cluster: string): string {
+  return `intake_cluster.${cluster}`;
+}

@@ -1,0 +1,296 @@
+// Cluster mode (CONTRACT.md §12 "Joining", §7 retention): snapshots stored in PostgreSQL, nodes
+// joining through them from an empty data directory or after retention trimmed past their
+// position, and journal retention in PostgreSQL. Real intake processes on the machine's
+// PostgreSQL, one CLUSTER_NAME per test.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { exportLines, LAUNCH_INFO, T0, type TestServer } from './helpers/server.ts';
+import { newCluster, type TestCluster, type TestNode } from './helpers/cluster.ts';
+import { postgresHarness, waitForHeld } from './helpers/sinks.ts';
+import { until } from './helpers/wait.ts';
+
+const clusters: TestCluster[] = [];
+after(async () => {
+  for (const cluster of clusters) await cluster.destroy();
+});
+
+function cluster(env: Record<string, string> = {}): TestCluster {
+  const c = newCluster(env);
+  clusters.push(c);
+  return c;
+}
+
+/** One query on the cluster's PostgreSQL. */
+async function sql<T extends pg.QueryResultRow>(c: TestCluster, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: c.url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text, [c.name])).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+async function journalRows(c: TestCluster): Promise<{ batches: number; first: number | null; last: number | null }> {
+  const [row] = await sql<{ batches: string; first: string | null; last: string | null }>(
+    c,
+    'SELECT count(*) AS batches, min(first_seq) AS first, max(last_seq) AS last FROM intake_cluster.journal WHERE cluster = $1',
+  );
+  return { batches: Number(row!.batches), first: row!.first === null ? null : Number(row!.first), last: row!.last === null ? null : Number(row!.last) };
+}
+
+async function storedSnapshots(c: TestCluster): Promise<Array<{ id: number; seq: number; chunks: number; complete: boolean; chunkRows: number }>> {
+  const rows = await sql<{ id: string; seq: string; chunks: number; complete: boolean; chunk_rows: string }>(
+    c,
+    `SELECT s.id, s.seq, s.chunks, s.completed_at IS NOT NULL AS complete,
+            (SELECT count(*) FROM intake_cluster.snapshot_chunks k WHERE k.cluster = s.cluster AND k.id = s.id) AS chunk_rows
+     FROM intake_cluster.snapshots s WHERE s.cluster = $1 ORDER BY s.id`,
+  );
+  return rows.map((r) => ({ id: Number(r.id), seq: Number(r.seq), chunks: r.chunks, complete: r.complete, chunkRows: Number(r.chunk_rows) }));
+}
+
+function logged(node: TestServer, msg: string): Array<Record<string, unknown>> {
+  const out: Array<Record<string, unknown>> = [];
+  for (const line of node.logs()) {
+    try {
+      const entry = JSON.parse(line) as Record<string, unknown>;
+      if (entry.msg === msg) out.push(entry);
+    } catch {
+      // not JSON
+    }
+  }
+  return out;
+}
+
+/** Waits until `node` logged `msg` more than `before` times; returns the newest such line. */
+async function nextLog(node: TestServer, msg: string, before: number, timeoutMs = 15_000): Promise<Record<string, unknown>> {
+  try {
+    return await until(`log line '${msg}'`, async () => {
+      const lines = logged(node, msg);
+      return lines.length > before ? lines[lines.length - 1]! : null;
+    }, timeoutMs);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}; the node logged:\n${node.logs().slice(-30).join('\n')}\n${node.stderr()}`);
+  }
+}
+
+/** SIGUSR2 on the leader: a snapshot, then its upload to PostgreSQL. Returns the snapshot's seq. */
+async function snapshotAndUpload(leader: TestNode): Promise<number> {
+  const written = logged(leader, 'snapshot written').length;
+  const stored = logged(leader, 'snapshot stored in PostgreSQL').length;
+  leader.child.kill('SIGUSR2');
+  const snapshot = await nextLog(leader, 'snapshot written', written);
+  const upload = await nextLog(leader, 'snapshot stored in PostgreSQL', stored);
+  assert.equal(upload.seq, snapshot.seq, 'the snapshot just written is the one stored');
+  return snapshot.seq as number;
+}
+
+/** Every kind of write once (devices with customers and tokens, products, a collection with a member): 7 records. */
+async function writeEveryKind(node: TestNode, tag: string): Promise<void> {
+  const ok = (res: { status: number; text: string }): void => assert.equal(res.status, 200, res.text);
+  const launched = await node.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO });
+  ok(launched);
+  const did = launched.body.did;
+  ok(await node.post('/msv_cevt', { did, name: `e-${tag}`, timestamp: T0 }));
+  ok(await node.post('/msv_cs_id', { did, clientCustomerId: `c-${tag}`, timestamp: T0, info: [{ name: 'email', value: `${tag}@b.c`, type: 'string' }] }));
+  ok(await node.post('/mpush_token', { did, type: 'fcm', token: `t-${tag}`, timestamp: T0 }));
+  ok(await node.post('/product', { id: `p-${tag}`, name: 'P', price: 1 }));
+  ok(await node.post('/collection', { id: `c-${tag}`, name: 'C' }));
+  ok(await node.post(`/collection/c-${tag}/products/add`, { products: [`p-${tag}`] }));
+}
+
+const STATE = ['devices', 'customers', 'products', 'collections'];
+
+async function caughtUp(node: TestNode, leader: TestNode): Promise<void> {
+  const total = (await leader.status()).appliedSeq;
+  await until(`${node.nodeName} to catch up to ${total}`, async () => (await node.status()).appliedSeq === total);
+}
+
+function assertSameState(node: TestNode, leader: TestNode): void {
+  for (const what of STATE) {
+    const mine = exportLines(node.dataDir, what);
+    assert.ok(mine.length > 0, `${what}: some`);
+    assert.deepEqual(mine, exportLines(leader.dataDir, what), `${what}: ${node.nodeName}'s export equals ${leader.nodeName}'s`);
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
+  test('a node with an empty data directory joins through the snapshot after retention trimmed the journal before it; keyed launches are answered again once it leads', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    for (let i = 0; i < 3; i++) await writeEveryKind(a, `u${i}`);
+    const firstKeyed = (await a.status()).appliedSeq + 1;
+    const body = { timestamp: T0, info: LAUNCH_INFO };
+    const launches: Array<{ did: string; sid: string }> = [];
+    for (const key of ['launch-1', 'launch-2']) {
+      const res = await a.request<{ did: string; sid: string }>('/mcrs_appl_v1', body, { headers: { 'idempotency-key': key } });
+      assert.equal(res.status, 200, res.text);
+      launches.push(res.body);
+    }
+    await writeEveryKind(a, 'm');
+    // Older than the retention by the time the snapshot is stored.
+    await sleep(1_100);
+    const trims = logged(a, 'cluster journal trimmed by retention in PostgreSQL').length;
+    const snapshotSeq = await snapshotAndUpload(a);
+    assert.equal(snapshotSeq, (await a.status()).appliedSeq);
+    const trim = await nextLog(a, 'cluster journal trimmed by retention in PostgreSQL', trims);
+    // Trimmed up to the record before the oldest remembered Idempotency-Key (a replayed launch
+    // is answered from its record), although the snapshot covers more.
+    assert.equal(trim.trimmedThroughSeq, firstKeyed - 1);
+    const journal = await journalRows(c);
+    assert.equal(journal.first, firstKeyed, 'PostgreSQL keeps the journal from the oldest remembered key on');
+    assert.equal(journal.last, snapshotSeq);
+    const [stored, ...more] = await storedSnapshots(c);
+    assert.equal(more.length, 0);
+    assert.equal(stored!.seq, snapshotSeq);
+    assert.equal(stored!.complete, true);
+    assert.equal(stored!.chunkRows, stored!.chunks);
+
+    await writeEveryKind(a, 'after');
+    const joined = await c.add();
+    const join = await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
+    assert.equal(join.seq, snapshotSeq);
+    await caughtUp(joined, a);
+    assert.equal((await joined.status()).role, 'follower');
+    assertSameState(joined, a);
+    // Its journal: the records of the remembered keys before the snapshot, then everything after it.
+    const events = exportLines<{ seq: number }>(joined.dataDir, 'events');
+    assert.equal(events[0]!.seq, firstKeyed, 'it holds the journal from the oldest remembered key on, not what retention trimmed');
+    const leaderEvents = exportLines<{ seq: number }>(a.dataDir, 'events');
+    assert.deepEqual(events, leaderEvents.filter((e) => e.seq >= firstKeyed), 'the same records as the leader from there');
+    assert.ok(events.some((e) => e.seq > snapshotSeq));
+
+    await a.kill();
+    assert.equal(await c.leader(10_000), joined);
+    for (const [i, key] of ['launch-1', 'launch-2'].entries()) {
+      const again = await joined.request<{ did: string; sid: string }>('/mcrs_appl_v1', body, { headers: { 'idempotency-key': key } });
+      assert.equal(again.status, 200, again.text);
+      assert.deepEqual(again.body, launches[i], `${key}: the same did and sid`);
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    }
+    assert.equal((await joined.post('/product', { id: 'new', name: 'N' })).status, 200);
+  });
+
+  test('without retention nothing is trimmed in PostgreSQL; a newer snapshot replaces the older; an empty node still joins through it', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    for (let i = 0; i < 2; i++) await writeEveryKind(a, `n${i}`);
+    await sleep(1_100);
+    const first = await snapshotAndUpload(a);
+    const before = await journalRows(c);
+    assert.equal(before.first, 1);
+    assert.equal(before.last, first);
+    await writeEveryKind(a, 'n2');
+    const second = await snapshotAndUpload(a);
+    assert.ok(second > first);
+    const snapshots = await storedSnapshots(c);
+    assert.equal(snapshots.length, 1, 'only the newest snapshot is kept');
+    assert.equal(snapshots[0]!.seq, second);
+    assert.equal(snapshots[0]!.complete, true);
+    const [chunkRows] = await sql<{ n: string }>(c, 'SELECT count(*) AS n FROM intake_cluster.snapshot_chunks WHERE cluster = $1');
+    assert.equal(Number(chunkRows!.n), snapshots[0]!.chunks, 'no chunk of the older snapshot is left');
+    const afterRows = await journalRows(c);
+    assert.equal(afterRows.first, 1, 'the whole journal stays in PostgreSQL');
+    assert.equal(afterRows.last, second);
+    assert.equal(afterRows.batches, before.batches + 7);
+    assert.equal(logged(a, 'cluster journal trimmed by retention in PostgreSQL').length, 0);
+
+    await writeEveryKind(a, 'n3');
+    const joined = await c.add();
+    assert.equal((await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0)).seq, second);
+    await caughtUp(joined, a);
+    assertSameState(joined, a);
+    // No Idempotency-Key before the snapshot: its journal starts right after it.
+    const events = exportLines<{ seq: number }>(joined.dataDir, 'events');
+    assert.equal(events[0]!.seq, second + 1);
+    assert.deepEqual(events, exportLines<{ seq: number }>(a.dataDir, 'events').filter((e) => e.seq > second));
+  });
+
+  test('a sink that had not confirmed the records before the snapshot: retention keeps them, a joined node copies them, and delivers them exactly once when it leads', async () => {
+    const server = await postgresHarness.startOwnServer();
+    const target = await postgresHarness.target(server);
+    try {
+      await server.stop();
+      const c = cluster({ ...target.env, JOURNAL_RETENTION_SECONDS: '1' });
+      const a = await c.add();
+      await c.leader();
+      for (let i = 0; i < 2; i++) await writeEveryKind(a, `s${i}`);
+      await sleep(1_100);
+      const snapshotSeq = await snapshotAndUpload(a);
+      await sleep(200);
+      assert.equal(logged(a, 'cluster journal trimmed by retention in PostgreSQL').length, 0, 'the sink confirmed nothing: nothing is trimmed');
+      assert.equal((await journalRows(c)).first, 1);
+      const joined = await c.add();
+      await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
+      await writeEveryKind(a, 'after');
+      await caughtUp(joined, a);
+      const events = exportLines<{ seq: number }>(joined.dataDir, 'events');
+      assert.equal(events[0]!.seq, 1, 'the joined node holds the records the sink still needs');
+      assert.deepEqual(events, exportLines(a.dataDir, 'events'));
+      assert.ok(events.length > snapshotSeq);
+      await a.kill();
+      assert.equal(await c.leader(10_000), joined);
+      await writeEveryKind(joined, 'led');
+      await server.start();
+      const all = exportLines(joined.dataDir, 'events');
+      const held = await waitForHeld(target, all.length);
+      assert.deepEqual(held.records, all, 'every record once, in seq order');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('nodes that were down while retention trimmed past their position rejoin through the snapshot', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    const d = await c.add();
+    await writeEveryKind(a, 'x');
+    await caughtUp(b, a);
+    await caughtUp(d, a);
+    await b.kill();
+    await d.kill();
+    const downAt = (await a.status()).appliedSeq;
+    for (let i = 0; i < 2; i++) await writeEveryKind(a, `y${i}`);
+    await sleep(1_100);
+    const trims = logged(a, 'cluster journal trimmed by retention in PostgreSQL').length;
+    const snapshotSeq = await snapshotAndUpload(a);
+    const trim = await nextLog(a, 'cluster journal trimmed by retention in PostgreSQL', trims);
+    assert.equal(trim.trimmedThroughSeq, snapshotSeq);
+    assert.equal((await journalRows(c)).batches, 0, 'no sink, no remembered key: the whole journal is covered by the snapshot, and old');
+
+    // The journal holds nothing after b's position (it is empty).
+    const b2 = await c.add({ dataDir: b.dataDir, nodeName: b.nodeName });
+    const joinedB = await nextLog(b2, 'joined from the snapshot stored in PostgreSQL', 0);
+    assert.equal(joinedB.seq, snapshotSeq);
+    assert.equal(joinedB.appliedSeq, snapshotSeq);
+    await caughtUp(b2, a);
+
+    // The journal starts after d's position.
+    await writeEveryKind(a, 'z');
+    assert.ok(((await journalRows(c)).first ?? 0) > downAt + 1);
+    const d2 = await c.add({ dataDir: d.dataDir, nodeName: d.nodeName });
+    await nextLog(d2, 'joined from the snapshot stored in PostgreSQL', 0);
+    await caughtUp(d2, a);
+    await caughtUp(b2, a);
+    for (const node of [b2, d2]) {
+      assertSameState(node, a);
+      const events = exportLines<{ seq: number }>(node.dataDir, 'events');
+      assert.equal(events[0]!.seq, snapshotSeq + 1, `${node.nodeName}: its journal starts after the snapshot (the records before it, all older than the retention, are gone)`);
+      assert.deepEqual(events, exportLines<{ seq: number }>(a.dataDir, 'events').filter((e) => e.seq > snapshotSeq));
+      assert.equal((await node.status()).role, 'follower');
+    }
+    // A restart of a joined node recovers from its local copy of the snapshot.
+    await b2.kill();
+    const b3 = await c.add({ dataDir: b.dataDir, nodeName: b.nodeName });
+    await caughtUp(b3, a);
+    assert.equal(logged(b3, 'joined from the snapshot stored in PostgreSQL').length, 0);
+    assertSameState(b3, a);
+  });
+});

@@ -1,0 +1,222 @@
+// Keys in cluster mode (CONTRACT.md §1 keys rows, §12 "Keys"): `npm run keys` with
+// CLUSTER_POSTGRES_URL works on the cluster's keys in PostgreSQL, every node honours a change
+// within 1 s, exactly one node creates the first key, clusters sharing a database keep their
+// keys apart, and a PostgreSQL that goes away leaves the last keys read in force.
+import { createHash } from 'node:crypto';
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
+import { createFirstKey } from '../src/auth/key-store.ts';
+import { PgKeys } from '../src/cluster/pg-keys.ts';
+import { runCli, tempDataDir, type TestServer } from './helpers/server.ts';
+import { newCluster, type TestCluster } from './helpers/cluster.ts';
+import { until } from './helpers/wait.ts';
+
+const CREATED_LINE = /^created workspace default, service key: (\S+)$/gm;
+
+const clusters: TestCluster[] = [];
+after(async () => {
+  for (const cluster of clusters) await cluster.destroy();
+});
+
+function cluster(env: Record<string, string> = {}, url?: string): TestCluster {
+  const c = newCluster(env, url);
+  clusters.push(c);
+  return c;
+}
+
+/** `npm run keys -- ...` against the cluster's keys (DATA_DIR points at an unused directory). */
+function keys(c: TestCluster, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
+  return runCli('keys', args, tempDataDir(), { CLUSTER_POSTGRES_URL: c.url, CLUSTER_NAME: c.name });
+}
+
+function createdKey(c: TestCluster, workspace: string): string {
+  const created = keys(c, 'create', workspace);
+  assert.equal(created.status, 0, created.stderr);
+  assert.match(created.stdout, /^[A-Za-z0-9]{40}\n$/, 'the new key alone on stdout');
+  return created.stdout.trim();
+}
+
+/**
+ * Whether `node` takes `key`: anything but 401. A body that fails validation applies nothing
+ * (422 on the leader; a follower answers 503 after checking the key).
+ */
+async function accepts(node: TestServer, key: string): Promise<boolean> {
+  return (await node.post('/msv_cevt', {}, key)).status !== 401;
+}
+
+/** Milliseconds until `check` holds on every node; fails past `withinMs`. */
+async function everyNodeWithin(nodes: TestServer[], check: (node: TestServer) => Promise<boolean>, withinMs: number): Promise<number> {
+  const started = Date.now();
+  for (;;) {
+    const results = await Promise.all(nodes.map(check));
+    if (results.every(Boolean)) return Date.now() - started;
+    if (Date.now() - started > withinMs) throw new Error(`not true on every node within ${withinMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+function createdLines(nodes: TestServer[]): string[] {
+  return nodes.flatMap((node) => [...node.stderr().matchAll(CREATED_LINE)].map((m) => m[1]!));
+}
+
+async function withPg<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await run(client);
+  } finally {
+    await client.end();
+  }
+}
+
+describe('keys in cluster mode', () => {
+  test('keys CLI with CLUSTER_POSTGRES_URL: create, list, revoke; every node honours each change within 1 s', async () => {
+    const c = cluster();
+    // SERVICE_KEYS set (the helpers' default): no first-start key.
+    const nodes = [await c.add(), await c.add()];
+    const leader = await c.leader();
+
+    const key = createdKey(c, 'ws1');
+    const acceptedMs = await everyNodeWithin(nodes, (node) => accepts(node, key), 1000);
+    assert.ok(acceptedMs < 1000, `accepted after ${acceptedMs} ms`);
+    assert.equal((await leader.post('/product', { id: 'p', name: 'P' }, key)).status, 200, 'the leader takes a write with it');
+
+    // Stored hashed: the sha256 and the 12-character prefix, never the key.
+    const rows = await withPg(c.url, async (client) => (await client.query('SELECT * FROM intake_cluster.keys WHERE cluster = $1', [c.name])).rows);
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0].hash, createHash('sha256').update(key).digest('hex'));
+    assert.equal(rows[0].prefix, key.slice(0, 12));
+    assert.equal(rows[0].workspace, 'ws1');
+    assert.ok(!JSON.stringify(rows).includes(key), 'the key itself is not stored');
+    for (const node of nodes) {
+      const local = runCli('keys', ['list'], node.dataDir);
+      assert.equal(local.stdout.trim().split('\n').length, 1, 'nothing in the node\'s own LMDB');
+    }
+
+    // The flags work as well as the environment.
+    const list = runCli('keys', ['list', '--cluster-postgres-url', c.url, `--cluster-name=${c.name}`], tempDataDir());
+    assert.equal(list.status, 0, list.stderr);
+    const [header, row, ...rest] = list.stdout.trim().split('\n');
+    assert.match(header!, /WORKSPACE\s+PREFIX\s+CREATED\s+REVOKED/);
+    assert.match(row!, new RegExp(`^ws1\\s+${key.slice(0, 12)}\\s+\\d{4}-\\d\\d-\\d\\dT\\S+Z\\s+-$`));
+    assert.deepEqual(rest, []);
+
+    const revoked = keys(c, 'revoke', key.slice(0, 8));
+    assert.equal(revoked.status, 0, revoked.stderr);
+    assert.equal(revoked.stderr, `revoked key ${key.slice(0, 12)} of workspace ws1\n`);
+    const revokedMs = await everyNodeWithin(nodes, async (node) => !(await accepts(node, key)), 1000);
+    assert.ok(revokedMs < 1000, `refused after ${revokedMs} ms`);
+    assert.match(keys(c, 'list').stdout, new RegExp(`${key.slice(0, 12)}\\s+\\S+Z\\s+\\d{4}-\\S+Z`), 'list shows when it was revoked');
+
+    for (const bad of [key.slice(0, 8), 'zzzzzzzz', 'short', key.slice(0, 13)]) {
+      const res = keys(c, 'revoke', bad);
+      assert.notEqual(res.status, 0, `revoke ${bad} must fail`);
+      assert.match(res.stderr, /^keys: /);
+    }
+    assert.notEqual(keys(c, 'create', 'bad name!').status, 0);
+
+    // Two keys sharing their first 8 characters cannot be made by chance; write them directly.
+    await withPg(c.url, async (client) => {
+      for (const [hash, prefix] of [['hash-1', 'ABCDEFGH1111'], ['hash-2', 'ABCDEFGH2222']]) {
+        await client.query('INSERT INTO intake_cluster.keys (cluster, hash, workspace, prefix, created_at) VALUES ($1, $2, $3, $4, $5)', [c.name, hash, 'ws2', prefix, Date.now()]);
+      }
+    });
+    const ambiguous = keys(c, 'revoke', 'ABCDEFGH');
+    assert.notEqual(ambiguous.status, 0);
+    assert.match(ambiguous.stderr, /ambiguous/);
+    assert.equal(keys(c, 'revoke', 'ABCDEFGH2').status, 0);
+  });
+
+  test('first start of a cluster with no key anywhere: of three nodes started at once exactly one creates and prints the key, which every node takes', async () => {
+    const c = cluster();
+    const nodes = await Promise.all([1, 2, 3].map(() => c.add({ serviceKeys: null })));
+    await until('the first-start line', async () => createdLines(nodes).length > 0, 2000);
+    const printed = createdLines(nodes);
+    assert.equal(printed.length, 1, `one line across the nodes' stderr: ${nodes.map((n) => n.stderr()).join('\n')}`);
+    const key = printed[0]!;
+    for (const node of nodes) for (const line of node.logs()) assert.ok(!line.includes(key), 'the key is not in the JSON logs');
+    await everyNodeWithin(nodes, (node) => accepts(node, key), 1000);
+    const list = keys(c, 'list').stdout.trim().split('\n');
+    assert.equal(list.length, 2, list.join('\n'));
+    assert.match(list[1]!, new RegExp(`^default\\s+${key.slice(0, 12)}\\s`));
+
+    const later = await c.add({ serviceKeys: null });
+    assert.doesNotMatch(later.stderr(), /created workspace/, 'a later start prints nothing');
+    assert.ok(await accepts(later, key));
+    assert.equal(keys(c, 'list').stdout.trim().split('\n').length, 2, 'and creates nothing');
+  });
+
+  test('the first-start check and insert are one locked transaction: of ten connections racing, exactly one creates a key', async () => {
+    const c = cluster();
+    const sources = Array.from({ length: 10 }, () => new PgKeys(c.url, c.name));
+    try {
+      // Connected (and the schema ensured) first, so that the ten really race.
+      await Promise.all(sources.map((source) => source.version()));
+      const created = await Promise.all(sources.map((source) => createFirstKey(source, 'default')));
+      assert.equal(created.filter((key) => key !== null).length, 1);
+      assert.equal((await sources[0]!.list()).length, 1);
+      assert.equal(await sources[0]!.version(), 1, 'one change, one version bump');
+    } finally {
+      await Promise.all(sources.map((source) => source.close()));
+    }
+  });
+
+  test('clusters sharing one database keep their keys apart', async () => {
+    const one = cluster();
+    const two = cluster();
+    const nodeOne = await one.add();
+    const key = createdKey(one, 'ws1');
+    // The other cluster has no key of its own: its first start is not put off by cluster one's.
+    const nodeTwo = await two.add({ serviceKeys: null });
+    const printed = createdLines([nodeTwo]);
+    assert.equal(printed.length, 1, nodeTwo.stderr());
+    const keyTwo = printed[0]!;
+
+    await everyNodeWithin([nodeOne], (node) => accepts(node, key), 1000);
+    assert.equal(await accepts(nodeTwo, key), false, 'cluster one\'s key is not a key of cluster two');
+    assert.equal(await accepts(nodeOne, keyTwo), false, 'nor the other way round');
+    assert.ok(await accepts(nodeTwo, keyTwo));
+    assert.doesNotMatch(keys(two, 'list').stdout, new RegExp(key.slice(0, 12)));
+    const revoke = keys(two, 'revoke', key.slice(0, 12));
+    assert.notEqual(revoke.status, 0, 'cluster two cannot revoke cluster one\'s key');
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    assert.ok(await accepts(nodeOne, key), 'still valid in cluster one');
+  });
+
+  test('PostgreSQL unreachable: the last keys read stay in force (logged once), requests do not wait; changes (and a first start) count again once it is back', async () => {
+    const own = await startOwnPostgres();
+    try {
+      const c = cluster({}, own.url);
+      const node = await c.add();
+      const key = createdKey(c, 'ws1');
+      await everyNodeWithin([node], (n) => accepts(n, key), 1000);
+
+      await own.stop();
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const started = performance.now();
+      assert.ok(await accepts(node, key), 'the key still works');
+      assert.ok(performance.now() - started < 200, 'the request did not wait on PostgreSQL');
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const down = node.logs().filter((line) => line.includes('cannot read the stored keys'));
+      assert.equal(down.length, 1, 'said once');
+      assert.ok(!down[0]!.includes(key));
+
+      // A fresh cluster's node that starts now cannot tell whether it is the first: it tries
+      // again once PostgreSQL is back.
+      const fresh = cluster({}, own.url);
+      const early = await fresh.add({ serviceKeys: null });
+      assert.doesNotMatch(early.stderr(), /created workspace/);
+
+      await own.start();
+      await node.waitForLog((line) => line.includes('stored keys can be read again'), 5000);
+      assert.equal(keys(c, 'revoke', key.slice(0, 8)).status, 0);
+      await everyNodeWithin([node], async (n) => !(await accepts(n, key)), 1000);
+      await until('the first start once PostgreSQL is back', async () => createdLines([early]).length > 0, 5000);
+      assert.ok(await accepts(early, createdLines([early])[0]!));
+    } finally {
+      await own.stop();
+    }
+  });
+});

@@ -1,0 +1,303 @@
+// Cluster mode (CONTRACT.md §12) as clients and operators meet it: several real intake
+// processes on the machine's PostgreSQL, one CLUSTER_NAME per test, talked to directly.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
+import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir } from './helpers/server.ts';
+import { newCluster, type TestCluster, type TestNode } from './helpers/cluster.ts';
+import { SINK_HARNESSES, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
+import { until } from './helpers/wait.ts';
+
+const clusters: TestCluster[] = [];
+after(async () => {
+  for (const cluster of clusters) await cluster.destroy();
+});
+
+function cluster(env: Record<string, string> = {}, url?: string): TestCluster {
+  const c = newCluster(env, url);
+  clusters.push(c);
+  return c;
+}
+
+/** Every kind of write once; returns the did of the device it launched. */
+async function writeEveryKind(node: TestNode, tag: string): Promise<string> {
+  const ok = (res: { status: number; text: string }): void => assert.equal(res.status, 200, res.text);
+  const launched = await node.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO });
+  ok(launched);
+  const did = launched.body.did;
+  ok(await node.post('/msv_cevt', { did, name: `e-${tag}`, timestamp: T0 }));
+  ok(await node.post('/msv_cs_id', { did, clientCustomerId: `c-${tag}`, timestamp: T0, info: [{ name: 'email', value: 'a@b.c', type: 'string' }] }));
+  ok(await node.post('/mpush_token', { did, type: 'fcm', token: `t-${tag}`, timestamp: T0 }));
+  ok(await node.post('/product', { id: `p-${tag}`, name: 'P', price: 1 }));
+  ok(await node.post('/collection', { id: `c-${tag}`, name: 'C' }));
+  ok(await node.post(`/collection/c-${tag}/products/add`, { products: [`p-${tag}`] }));
+  return did;
+}
+
+const WHATS = ['events', 'devices', 'customers', 'products', 'collections'];
+
+describe('cluster mode', () => {
+  test('one leader takes writes; followers answer 503 with Retry-After, apply the journal, and export the same data', async () => {
+    const c = cluster();
+    const a = await c.add();
+    const leader = await c.leader();
+    assert.equal(leader, a);
+    const b = await c.add();
+    const status = await a.status();
+    assert.deepEqual(Object.keys(status).sort(), ['appliedSeq', 'epoch', 'leader', 'node', 'role']);
+    assert.equal(status.role, 'leader');
+    assert.equal(status.leader, a.nodeName);
+    assert.ok(status.epoch >= 1);
+
+    await writeEveryKind(a, 'x');
+    const refused = await b.post('/product', { id: 'on-follower', name: 'F' });
+    assert.equal(refused.status, 503);
+    assert.equal(refused.body.type, 'ServiceUnavailableError');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal((await b.request('/readyz', undefined, { key: null })).status, 503);
+    assert.equal((await b.request('/healthz', undefined, { key: null })).status, 200);
+
+    const applied = (await a.status()).appliedSeq;
+    assert.equal(applied, 7);
+    await until('the follower to apply everything', async () => (await b.status()).appliedSeq === applied);
+    const followerStatus = await b.status();
+    assert.equal(followerStatus.role, 'follower');
+    assert.equal(followerStatus.leader, a.nodeName);
+    for (const what of WHATS) assert.deepEqual(exportLines(b.dataDir, what), exportLines(a.dataDir, what), `${what}: the follower's export equals the leader's`);
+    assert.equal(exportLines(b.dataDir, 'products').some((p) => p.id === 'on-follower'), false, 'the refused write changed nothing');
+    assert.equal(await b.stop(), 0, 'a follower stops cleanly (exit 0, final snapshot)');
+    assert.ok(b.logs().some((line) => line.includes('snapshot written')));
+  });
+
+  test('kill -9 of the leader under keyed writes: nothing acknowledged is lost, a new leader within lease + 2 s, the old node follows', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    const launched = await a.post<{ did: string; sid: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO });
+    const did = launched.body.did;
+    const acknowledged = new Map<string, number>();
+    let stop = false;
+    const writer = async (w: number): Promise<void> => {
+      for (let i = 0; !stop; i++) {
+        const key = `w${w}-${i}`;
+        // Whoever leads now; a write refused or cut off is retried with its key until answered.
+        for (let attempt = 0; !stop; attempt++) {
+          const target = c.nodes.find((n) => n.child.exitCode === null && n.child.signalCode === null && (n === a ? !aKilled : true));
+          const node = attempt % 2 === 0 ? target! : c.nodes[(c.nodes.indexOf(target!) + 1) % c.nodes.length]!;
+          if (node === a && aKilled) continue;
+          try {
+            const res = await node.request('/msv_cevt', { did, name: key, timestamp: T0 }, { headers: { 'idempotency-key': key } });
+            if (res.status === 200) {
+              acknowledged.set(key, (acknowledged.get(key) ?? 0) + 1);
+              break;
+            }
+          } catch {
+            // connection refused or reset: the node is gone
+          }
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      }
+    };
+    let aKilled = false;
+    const writers = Array.from({ length: 4 }, (_, w) => writer(w));
+    await until('some writes acknowledged', async () => acknowledged.size > 50);
+    const killedAt = performance.now();
+    aKilled = true;
+    await a.kill();
+    const newLeader = await c.leader(10_000);
+    assert.equal(newLeader, b);
+    const failoverMs = performance.now() - killedAt;
+    assert.ok(failoverMs < 1000 + 2000, `a new leader within lease + 2 s (took ${Math.round(failoverMs)} ms)`);
+    const before = acknowledged.size;
+    await until('writes acknowledged by the new leader', async () => acknowledged.size > before + 50);
+    stop = true;
+    await Promise.all(writers);
+
+    const events = exportLines(b.dataDir, 'events', '--kind', 'event');
+    const names = events.map((e) => e.data.name as string);
+    for (const key of acknowledged.keys()) assert.ok(names.includes(key), `acknowledged write ${key} is in the journal`);
+    assert.equal(new Set(names).size, names.length, 'no write twice (Idempotency-Key retries across the failover)');
+
+    // The killed node starts again on its own data directory and follows.
+    const again = await c.add({ dataDir: a.dataDir, nodeName: a.nodeName });
+    const total = (await b.status()).appliedSeq;
+    await until('the restarted node to catch up', async () => (await again.status()).appliedSeq === total);
+    assert.equal((await again.status()).role, 'follower');
+    assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(b.dataDir, 'events'));
+  });
+
+  test('graceful stop (SIGTERM) of the leader: another node accepts writes within 2 s', async () => {
+    const c = cluster({ CLUSTER_LEASE_MS: '5000' });
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    await writeEveryKind(a, 'h');
+    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+    const signalledAt = performance.now();
+    const stopped = a.stop();
+    let answeredAt = 0;
+    for (let i = 0; answeredAt === 0; i++) {
+      const res = await b.post('/product', { id: `after-${i}`, name: 'A' });
+      if (res.status === 200) answeredAt = performance.now();
+      else {
+        assert.equal(res.status, 503);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
+    }
+    assert.equal(await stopped, 0);
+    assert.equal((await b.status()).role, 'leader');
+  });
+
+  test('an Idempotency-Key retried across a failover gets the first answer (app launch: the same did and sid)', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    const body = { timestamp: T0, info: LAUNCH_INFO };
+    const first = await a.request<{ did: string; sid: string }>('/mcrs_appl_v1', body, { headers: { 'idempotency-key': 'launch-1' } });
+    assert.equal(first.status, 200);
+    const product = await a.request('/product', { id: 'kept', name: 'K' }, { headers: { 'idempotency-key': 'product-1' } });
+    assert.equal(product.status, 200);
+    await a.kill();
+    assert.equal(await c.leader(10_000), b);
+    const again = await b.request<{ did: string; sid: string }>('/mcrs_appl_v1', body, { headers: { 'idempotency-key': 'launch-1' } });
+    assert.equal(again.status, 200);
+    assert.deepEqual(again.body, first.body, 'the same did and sid');
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    const conflict = await b.request('/product', { id: 'other', name: 'O' }, { headers: { 'idempotency-key': 'product-1' } });
+    assert.equal(conflict.status, 422);
+    assert.equal(conflict.body.details[0].type, 'idempotency.reused');
+    assert.equal(exportLines(b.dataDir, 'devices').length, 1, 'no second device');
+  });
+
+  test('SIGSTOP of the leader past its lease, then SIGCONT: it never answers 200 for a write the journal lacks, and follows again', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    const answeredByA: Array<{ id: string; status: number }> = [];
+    let stop = false;
+    const hammer = async (w: number): Promise<void> => {
+      for (let i = 0; !stop; i++) {
+        const id = `a${w}-${i}`;
+        try {
+          const res = await a.request('/product', { id, name: 'N' }, { timeoutMs: 10_000 });
+          answeredByA.push({ id, status: res.status });
+          if (res.status !== 200) await new Promise((resolve) => setTimeout(resolve, 20));
+        } catch {
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      }
+    };
+    const clients = Array.from({ length: 4 }, (_, w) => hammer(w));
+    await until('writes on the leader', async () => answeredByA.length > 40);
+    a.child.kill('SIGSTOP');
+    assert.equal(await c.leader(10_000), b, 'another node takes over while the leader is frozen');
+    for (let i = 0; i < 20; i++) assert.equal((await b.post('/product', { id: `b-${i}`, name: 'B' })).status, 200);
+    const resumedAt = performance.now();
+    a.child.kill('SIGCONT');
+    await until('the former leader to follow', async () => (await a.status()).role === 'follower', 10_000);
+    assert.ok(performance.now() - resumedAt < 1000 + 2000, 'it follows within lease + 2 s of resuming');
+    stop = true;
+    await Promise.all(clients);
+    const journal = new Set(exportLines(b.dataDir, 'events', '--kind', 'product_upsert').map((e) => e.data.id as string));
+    const acknowledged = answeredByA.filter((r) => r.status === 200).map((r) => r.id);
+    assert.ok(acknowledged.length > 0);
+    for (const id of acknowledged) assert.ok(journal.has(id), `${id} was answered 200 by the frozen leader, so it is in the cluster's journal`);
+    assert.ok(answeredByA.some((r) => r.status === 503), 'after the takeover the former leader answers 503');
+    const total = (await b.status()).appliedSeq;
+    await until('the former leader to converge', async () => (await a.status()).appliedSeq === total);
+    for (const what of WHATS) assert.deepEqual(exportLines(a.dataDir, what), exportLines(b.dataDir, what), `${what}: converged`);
+  });
+
+  test('a node joining with an empty data directory catches up and follows', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    for (let i = 0; i < 3; i++) await writeEveryKind(a, `j${i}`);
+    const joined = await c.add();
+    const total = (await a.status()).appliedSeq;
+    await until('the new node to catch up', async () => (await joined.status()).appliedSeq === total);
+    for (const what of WHATS) assert.deepEqual(exportLines(joined.dataDir, what), exportLines(a.dataDir, what));
+    await writeEveryKind(a, 'later');
+    await until('the new node to follow', async () => (await joined.status()).appliedSeq === (await a.status()).appliedSeq);
+  });
+
+  test('PostgreSQL restarted: writes get 503 (never 200), /readyz 503 everywhere, then a leader accepts writes again with no node restarted', async () => {
+    const own = await startOwnPostgres();
+    try {
+      const c = cluster({}, own.url);
+      const a = await c.add();
+      await c.leader();
+      const b = await c.add();
+      await writeEveryKind(a, 'pg');
+      const pids = c.nodes.map((n) => n.child.pid);
+      await own.stop();
+      const during = await a.post('/product', { id: 'during', name: 'D' });
+      assert.equal(during.status, 503, during.text);
+      await until('/readyz 503 on every node', async () => {
+        for (const node of c.nodes) if ((await node.request('/readyz', undefined, { key: null })).status !== 503) return false;
+        return true;
+      }, 5_000);
+      const restartedAt = performance.now();
+      await own.start();
+      const leader = await c.leader(1000 + 5000 + 2000);
+      assert.ok(performance.now() - restartedAt < 1000 + 5000, 'a leader within lease + 5 s of PostgreSQL being back');
+      assert.equal((await leader.post('/product', { id: 'after', name: 'A' })).status, 200);
+      assert.deepEqual(c.nodes.map((n) => n.child.pid), pids, 'no node was restarted');
+      assert.equal(exportLines(leader.dataDir, 'events', '--kind', 'product_upsert').some((e) => e.data.id === 'during'), false);
+      const other = leader === a ? b : a;
+      await until('the other node to follow', async () => (await other.status()).appliedSeq === (await leader.status()).appliedSeq);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  for (const harness of SINK_HARNESSES) {
+    test(`delivery to ${harness.name} runs on the leader only, exactly once and in order across a leader change`, async () => {
+      const target: SinkTarget = await harness.target();
+      try {
+        const c = cluster(target.env);
+        const a = await c.add();
+        await c.leader();
+        const b = await c.add();
+        for (let i = 0; i < 3; i++) await writeEveryKind(a, `s${i}`);
+        await waitForHeld(target, (await a.status()).appliedSeq);
+        await a.kill();
+        const leader = await c.leader(10_000);
+        assert.equal(leader, b);
+        for (let i = 0; i < 3; i++) await writeEveryKind(b, `t${i}`);
+        const exported = exportLines(b.dataDir, 'events');
+        const held = await waitForHeld(target, exported.length);
+        assert.deepEqual(held.records, exported, 'every record once, in seq order, across the leader change');
+      } finally {
+        await target.cleanup();
+      }
+    });
+  }
+
+  test('a data directory that is not a copy of the cluster\'s journal (a single node\'s, another cluster\'s): the node refuses to start and says what to do', async () => {
+    // A single node's data directory, with writes of its own.
+    const dataDir = tempDataDir();
+    const single = await startServer({ dataDir });
+    await writeEveryKind(single as TestNode, 'single');
+    assert.equal(await single.stop(), 0);
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    await writeEveryKind(a, 'cluster');
+    await assert.rejects(c.add({ dataDir }), (error: Error) => {
+      assert.match(error.message, /exited \(1\) before listening/);
+      assert.match(error.message, /is not a copy of cluster/);
+      assert.match(error.message, /Move DATA_DIR aside/);
+      return true;
+    });
+    // Nothing was changed: the single node's data is intact.
+    assert.equal(exportLines(dataDir, 'events').length, 7);
+    // A fresh cluster with an empty journal: the local journal is ahead of it.
+    const other = cluster();
+    await assert.rejects(other.add({ dataDir }), /holds records up to seq 7, but the cluster's journal ends at seq 0/);
+  });
+});
