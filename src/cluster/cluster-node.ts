@@ -4,7 +4,8 @@
 // - Replication (while not leading): reads the journal after what this node has applied, in
 //   order, and hands each batch to the host, which applies it through applyRecord (as live
 //   writes and recovery do) and journals it locally. A NOTIFY on the cluster's channel wakes it
-//   at each commit; a poll every REPLICATION_POLL_MS is the fallback.
+//   at each commit (after REPLICATION_LINGER_MS, so one read takes several commits); a poll is
+//   the fallback (every second, or every 250 ms while the LISTEN connection is down).
 // - Election: a follower reads the lease and, once it has expired (by PostgreSQL's clock), takes
 //   it over; the leader renews it about five times per lease, and steps down when it is lost or
 //   cannot be renewed within the lease.
@@ -39,9 +40,11 @@ import { channelOf, ensureClusterRows, ensureSchema } from './schema.ts';
 /** Batches read per round trip while replicating (each at most JOURNAL_MAX_BATCH_RECORDS). */
 const REPLICATION_BATCHES = 16;
 /** After a NOTIFY a follower waits this long before it reads, so one read takes several commits. */
-const REPLICATION_LINGER_MS = 15;
+const REPLICATION_LINGER_MS = 40;
 /** A follower looks for new batches this often even without a NOTIFY (a lost LISTEN connection). */
 const REPLICATION_POLL_MS = 250;
+/** ...and this often while its LISTEN connection is up (a NOTIFY wakes it at every commit). */
+const REPLICATION_POLL_LISTENING_MS = 1_000;
 /** Waits between attempts while PostgreSQL cannot be reached: doubling up to the maximum. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
@@ -402,7 +405,7 @@ export class ClusterNode {
         await this.promote();
         continue;
       }
-      if (batches.length < REPLICATION_BATCHES) await this.sleep(REPLICATION_POLL_MS);
+      if (batches.length < REPLICATION_BATCHES) await this.sleep(this.listener === null ? REPLICATION_POLL_MS : REPLICATION_POLL_LISTENING_MS);
     }
   }
 
