@@ -20,7 +20,7 @@ import { ERRORS } from './http/errors.ts';
 import type { WriteGate } from './http/write-gate.ts';
 import { startHttpServer } from './http/server.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
-import { Journal, NotLeadingError } from './journal/journal.ts';
+import { Journal, NotLeadingError, RemoteCommitError } from './journal/journal.ts';
 import { JournalGap, recover } from './journal/recovery.ts';
 import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
 import { SnapshotWriter } from './journal/snapshot-writer.ts';
@@ -135,9 +135,14 @@ async function main(): Promise<void> {
     },
     onFailure(error) {
       metrics.journalFailures.inc();
-      if (node !== null) {
-        log.error({ err: error }, 'journal commit failed: this node stops leading');
-        node.commitFailed(error);
+      if (node !== null && error instanceof RemoteCommitError) {
+        log.error({ err: error.reason }, 'a commit to the cluster\'s PostgreSQL failed: this node stops leading');
+        node.commitFailed(error.reason);
+      } else if (node !== null) {
+        // This node's own copy cannot be written (disk full, I/O error). It must not lead or
+        // follow on a journal it cannot keep: it ends, and the cluster goes on without it.
+        log.fatal({ err: error }, 'this node\'s own journal cannot be written: stopping (exit 1); fix the disk and start it again');
+        process.exit(1);
       } else log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
   }, settings.journalMaxCommitsInFlight);
@@ -193,7 +198,7 @@ async function main(): Promise<void> {
     );
     // The leader stores each snapshot it completes in PostgreSQL, for nodes that join.
     writer.onWritten((meta) => node?.snapshotWritten(meta));
-    node.onDiverged = (error) => {
+    node.onFatal = (error) => {
       process.stderr.write(`intake: ${error.message}\n`);
       process.exit(1);
     };

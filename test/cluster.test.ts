@@ -300,4 +300,46 @@ describe('cluster mode', () => {
     const other = cluster();
     await assert.rejects(other.add({ dataDir }), /holds records up to seq 7, but the cluster's journal ends at seq 0/);
   });
+
+  test('nodes of a new cluster started while PostgreSQL is unreachable: once it is back, one of them leads, no restart', async () => {
+    const own = await startOwnPostgres();
+    try {
+      await own.stop();
+      const c = cluster({}, own.url);
+      const a = await c.add();
+      const b = await c.add();
+      assert.equal((await a.request('/readyz', undefined, { key: null })).status, 503);
+      await own.start();
+      const leader = await c.leader(1000 + 5000 + 2000);
+      assert.equal((await leader.post('/product', { id: 'p', name: 'P' })).status, 200);
+      const other = leader === a ? b : a;
+      await until('the other node to follow', async () => (await other.status()).appliedSeq === (await leader.status()).appliedSeq);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("a leader whose own disk fails ends (exit 1); another node takes over with every acknowledged write", async () => {
+    const c = cluster();
+    // The leader's LMDB file may not grow past this: its own copy fails, PostgreSQL's commits do not.
+    const a = await c.add({ wrap: ['prlimit', '--fsize=600000'] });
+    await c.leader();
+    const b = await c.add();
+    const acknowledged: string[] = [];
+    const description = 'd'.repeat(2000);
+    for (let i = 0; i < 2000 && a.child.exitCode === null; i++) {
+      try {
+        const res = await a.post('/product', { id: `big-${i}`, name: 'N', description });
+        if (res.status === 200) acknowledged.push(`big-${i}`);
+      } catch {
+        break; // the node is gone
+      }
+    }
+    await until('the failing node to exit', async () => a.child.exitCode !== null, 10_000);
+    assert.equal(a.child.exitCode, 1);
+    assert.ok(acknowledged.length > 50, `${acknowledged.length} writes acknowledged before the disk filled`);
+    assert.equal(await c.leader(10_000), b);
+    const products = new Set(exportLines(b.dataDir, 'products').map((p) => p.id as string));
+    assert.deepEqual(acknowledged.filter((id) => !products.has(id)), [], 'every write answered 200 is in the cluster');
+  });
 });

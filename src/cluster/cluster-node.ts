@@ -50,6 +50,9 @@ const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
 /** Renewals per lease; a follower also looks at the lease this often. */
 const RENEWALS_PER_LEASE = 5;
+/** A graceful stop waits this long for the lease release and for the replication loop. */
+const RELEASE_TIMEOUT_MS = 1_000;
+const STOP_WAIT_MS = 2_000;
 /** Client-side limit on one query: a commit, a renewal, a read. */
 const QUERY_TIMEOUT_MS = 10_000;
 /** The leader trims the journal in PostgreSQL (when retention is set) at least this often. */
@@ -79,6 +82,8 @@ export interface ClusterHost {
   stopLeading(reason: Error): Promise<boolean>;
   /** Rebuilds the state from the local data directory (snapshot + local journal). */
   rebuild(): Promise<void>;
+  /** The last seq committed (in the cluster's journal and this node's copy). */
+  committedSeq(): number;
   /** This node's own journal record of `seq` (null when it is not, or no longer, stored). */
   localRecord(seq: number): JournalRecord | null;
   /** Leader only: delivery downstream. */
@@ -162,8 +167,13 @@ export class ClusterNode {
   private wakeTimer: NodeJS.Timeout | null = null;
   /** Whether checkPrefix() ran (at start, or at the first round trip when PostgreSQL was down then). */
   private prefixChecked = false;
-  /** Told when the local journal turns out not to be a prefix of the cluster's (the process ends). */
-  onDiverged: (error: DivergedError) => void = () => undefined;
+  /**
+   * Told when this node cannot go on (its journal is not a prefix of the cluster's, or a rebuild
+   * failed): the process ends with status 1 and a supervisor restarts it; the cluster goes on.
+   */
+  onFatal: (error: Error) => void = () => undefined;
+  /** A step-down in progress (a rebuild may run): a stop waits for it. */
+  private steppingDown: Promise<void> | null = null;
   private electAgain = false;
   private wake: (() => void) | null = null;
   private electionTimer: NodeJS.Timeout | null = null;
@@ -213,7 +223,8 @@ export class ClusterNode {
       role: this.roleNow === 'leader' ? 'leader' : 'follower',
       leader: this.roleNow === 'leader' ? this.name : this.leaderName,
       epoch: this.epochNow,
-      appliedSeq: this.host.appliedSeq(),
+      // On the leader: the last committed (CONTRACT §12), not the last appended to the open batch.
+      appliedSeq: this.roleNow === 'leader' ? this.host.committedSeq() : this.host.appliedSeq(),
     };
   }
 
@@ -268,9 +279,11 @@ export class ClusterNode {
    * would fail every commit; the node refuses to start instead, and says what to do.
    */
   private async checkPrefix(client: pg.Client): Promise<void> {
-    this.prefixChecked = true;
     const local = this.host.appliedSeq();
-    if (local === 0) return;
+    if (local === 0) {
+      this.prefixChecked = true;
+      return;
+    }
     const head = await this.journal.head(client);
     let reason: string | null = null;
     if (local > head.lastSeq) reason = `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`;
@@ -283,7 +296,11 @@ export class ClusterNode {
         reason = `its record ${local} is not the cluster's record ${local}`;
       }
     }
-    if (reason === null) return;
+    if (reason === null) {
+      this.prefixChecked = true;
+      return;
+    }
+    this.prefixChecked = true;
     throw new DivergedError(
       `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${reason}. ` +
         `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). ` +
@@ -309,7 +326,9 @@ export class ClusterNode {
    * flight and drained the journal), so another node leads at once instead of after the lease.
    */
   async stop(): Promise<void> {
-    const wasLeader = this.roleNow === 'leader';
+    // A rebuild in progress must finish before the caller takes its final snapshot.
+    await this.steppingDown;
+    const wasLeader = this.roleNow === 'leader' || this.roleNow === 'candidate';
     const epoch = this.epochNow;
     this.running = false;
     this.roleNow = 'stopped';
@@ -317,19 +336,26 @@ export class ClusterNode {
     if (this.trimTimer !== null) clearInterval(this.trimTimer);
     this.uploadNext = null;
     this.wake?.();
-    if (wasLeader) {
-      try {
-        await this.leaseClient.use((client) => this.lease.release(client, this.name, epoch, channelOf(this.settings.cluster)));
-        this.log.info({ epoch }, 'leader lease released');
-      } catch (error) {
-        this.log.warn({ err: error }, 'could not release the leader lease; another node takes over once it expires');
-      }
-    }
-    await this.replicating;
+    if (wasLeader) await this.releaseLease(epoch);
+    // Queries in flight (a read, an upload) fail at once instead of running into their timeouts.
+    void this.reader.close();
+    await Promise.race([this.replicating, sleep(STOP_WAIT_MS)]);
     // An upload stops after its current statement, and stays incomplete in PostgreSQL (nothing
     // reads it; the next complete one removes it).
     await Promise.allSettled([this.uploading, this.trimming]);
     await Promise.all([this.commits.close(), this.leaseClient.close(), this.reader.close(), this.upkeep.close(), closeClient(this.listener)]);
+  }
+
+  /** Gives the lease up, waiting at most RELEASE_TIMEOUT_MS (PostgreSQL may be unreachable). */
+  private async releaseLease(epoch: number): Promise<void> {
+    const released = this.leaseClient.use((client) => this.lease.release(client, this.name, epoch, channelOf(this.settings.cluster)));
+    try {
+      const done = await Promise.race([released.then(() => true), sleep(RELEASE_TIMEOUT_MS).then(() => false)]);
+      if (done) this.log.info({ epoch }, 'leader lease released');
+      else this.log.warn('could not release the leader lease in time; another node takes over once it expires');
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not release the leader lease; another node takes over once it expires');
+    }
   }
 
   /** The host's journal failed a commit: step down (and rebuild what was applied but may be lost). */
@@ -353,7 +379,6 @@ export class ClusterNode {
           try {
             await this.reader.use((client) => this.checkPrefix(client));
           } catch (error) {
-            if (!(error instanceof DivergedError)) this.prefixChecked = false;
             throw error;
           }
         }
@@ -392,7 +417,7 @@ export class ClusterNode {
       } catch (error) {
         if (error instanceof DivergedError) {
           this.log.fatal({ err: error.message }, 'this node\'s journal is not a copy of the cluster\'s: stopping');
-          this.onDiverged(error);
+          this.onFatal(error);
           return;
         }
         if (!this.replicationErrorLogged) this.log.error({ err: error, appliedSeq: this.host.appliedSeq() }, 'replication: cannot read the cluster\'s journal; retrying');
@@ -599,7 +624,15 @@ export class ClusterNode {
   }
 
   private async tryTakeOver(): Promise<void> {
-    const state = await this.leaseClient.use((client) => this.lease.read(client));
+    let state = await this.leaseClient.use((client) => this.lease.read(client));
+    if (!state.exists) {
+      // PostgreSQL was unreachable at start (or the rows were removed): create them now.
+      await this.leaseClient.use(async (client) => {
+        await ensureSchema(client);
+        await ensureClusterRows(client, this.settings.cluster);
+      });
+      state = await this.leaseClient.use((client) => this.lease.read(client));
+    }
     this.epochNow = Math.max(this.epochNow, state.epoch);
     this.leaderName = state.live ? state.node : null;
     if (state.live) return;
@@ -652,9 +685,24 @@ export class ClusterNode {
     if (lastSeq > this.knownHeadSeq) this.knownHeadSeq = lastSeq;
   }
 
-  private async stepDown(reason: string, error: Error): Promise<void> {
-    if (this.roleNow !== 'leader' && this.roleNow !== 'candidate') return;
+  private stepDown(reason: string, error: Error): Promise<void> {
+    if (this.roleNow !== 'leader' && this.roleNow !== 'candidate') return this.steppingDown ?? Promise.resolve();
+    const done = this.stepDownNow(reason, error).catch((failure: unknown) => {
+      // The state is half rebuilt: this node cannot serve or follow. End it (a supervisor
+      // restarts it and it recovers from its data directory); the cluster goes on without it.
+      this.log.fatal({ err: failure }, 'stepping down failed: stopping this node');
+      this.onFatal(failure instanceof Error ? failure : new Error(String(failure)));
+    });
+    this.steppingDown = done.finally(() => {
+      if (this.steppingDown === stepping) this.steppingDown = null;
+    });
+    const stepping = this.steppingDown;
+    return stepping;
+  }
+
+  private async stepDownNow(reason: string, error: Error): Promise<void> {
     const wasLeader = this.roleNow === 'leader';
+    const epoch = this.epochNow;
     this.roleNow = 'stepping-down';
     this.leaderName = null;
     this.log.warn({ reason, err: error.message, epoch: this.epochNow }, 'stepping down: no longer accepting writes');
@@ -665,6 +713,9 @@ export class ClusterNode {
       await this.host.rebuild();
       this.log.warn({ appliedSeq: this.host.appliedSeq(), rebuildMs: Math.round(performance.now() - startedAt) }, 'dropped the writes PostgreSQL may not hold: state rebuilt from this node\'s own journal; catching up');
     }
+    // Still holding the lease (a failed commit that was not a fence, a lost PostgreSQL): give it
+    // up, so that another node need not wait for it to expire.
+    if (!(error instanceof FencedError) && this.running) await this.releaseLease(epoch);
     if (this.roleNow === 'stepping-down') this.roleNow = 'follower';
     this.wake?.();
   }

@@ -13,6 +13,8 @@ export interface LeaseState {
   epoch: number;
   /** Still valid by PostgreSQL's clock. */
   live: boolean;
+  /** The cluster's lease row exists (it is created with the head row: schema.ts). */
+  exists: boolean;
 }
 
 export class Lease {
@@ -27,7 +29,7 @@ export class Lease {
       [this.cluster],
     );
     const row = rows[0];
-    return row === undefined ? { node: null, address: null, epoch: 0, live: false } : { node: row.node, address: row.address, epoch: Number(row.epoch), live: row.live };
+    return row === undefined ? { node: null, address: null, epoch: 0, live: false, exists: false } : { node: row.node, address: row.address, epoch: Number(row.epoch), live: row.live, exists: true };
   }
 
   /**
@@ -42,6 +44,8 @@ export class Lease {
          UPDATE ${SCHEMA}.lease
          SET node = $2, address = $3, epoch = epoch + 1, expires_at = clock_timestamp() + $4 * interval '1 millisecond'
          WHERE cluster = $1 AND expires_at <= clock_timestamp()
+           -- never a lease without its head row: the epoch would be bumped for nobody
+           AND EXISTS (SELECT 1 FROM ${SCHEMA}.head WHERE head.cluster = $1)
          RETURNING epoch
        ), h AS (
          UPDATE ${SCHEMA}.head SET epoch = l.epoch FROM l WHERE head.cluster = $1

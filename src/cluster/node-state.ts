@@ -61,12 +61,19 @@ export class NodeState implements ClusterHost {
     return this.deps.journal.recordAt(seq);
   }
 
+  committedSeq(): number {
+    return this.deps.journal.durableSeq;
+  }
+
   appliedSeq(): number {
     return this.deps.journal.lastAppendedSeq;
   }
 
   async applyBatch(firstSeq: number, records: JournalRecord[]): Promise<void> {
     const { journal, workspaces, interner, keys } = this.deps;
+    // This node's own copy cannot be written: apply nothing (main.ts ends the process).
+    const failure = journal.commitFailure;
+    if (failure !== null) throw failure;
     if (firstSeq !== journal.lastAppendedSeq + 1) throw new Error(`replicated batch at seq ${firstSeq} does not follow this node's ${journal.lastAppendedSeq}`);
     // Keys older than the window are not remembered, as at recovery.
     const oldestKeptMs = Date.now() - keys.windowSeconds * 1000;

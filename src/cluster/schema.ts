@@ -88,8 +88,12 @@ export async function ensureSchema(client: pg.Client): Promise<void> {
 
 /** The cluster's lease and head rows, created when missing (epoch 0, nothing committed). */
 export async function ensureClusterRows(client: pg.Client, cluster: string): Promise<void> {
-  await client.query(`INSERT INTO ${SCHEMA}.lease (cluster, node, address, epoch, expires_at) VALUES ($1, NULL, NULL, 0, '-infinity') ON CONFLICT (cluster) DO NOTHING`, [cluster]);
-  await client.query(`INSERT INTO ${SCHEMA}.head (cluster, epoch, last_seq) VALUES ($1, 0, 0) ON CONFLICT (cluster) DO NOTHING`, [cluster]);
+  // One statement: both rows or neither.
+  await client.query(
+    `WITH l AS (INSERT INTO ${SCHEMA}.lease (cluster, node, address, epoch, expires_at) VALUES ($1, NULL, NULL, 0, '-infinity') ON CONFLICT (cluster) DO NOTHING)
+     INSERT INTO ${SCHEMA}.head (cluster, epoch, last_seq) VALUES ($1, 0, 0) ON CONFLICT (cluster) DO NOTHING`,
+    [cluster],
+  );
 }
 
 /** The LISTEN/NOTIFY channel of a cluster: commits and lease releases wake its followers. */

@@ -69,6 +69,9 @@ export class JournalReader {
     let bytes = 0;
     for (const key of this.keysFrom(after + 1)) {
       if (key > upTo) break;
+      // A batch stops at a hole in the seqs (records missing from this node's journal): the
+      // loop then sees the next batch start after its position and says so, never silently.
+      if (out.length > 0 && key !== out[out.length - 1]!.seq + 1) return out;
       const batch = this.batch(key);
       if (batch === null) break;
       for (let i = Math.max(0, after + 1 - key); i < batch.records.length; i++) {

@@ -47,6 +47,16 @@ export type RemoteCommit = (firstSeq: number, records: JournalRecord[]) => Promi
 /** Cluster mode: this node does not lead, so it takes no writes (503 with Retry-After). */
 export class NotLeadingError extends Error {}
 
+/**
+ * Cluster mode: the commit in the cluster's journal failed (`cause`), as opposed to this node's
+ * own LMDB copy. The first is a reason to step down; the second means this node's disk fails.
+ */
+export class RemoteCommitError extends Error {
+  constructor(readonly reason: Error) {
+    super(reason.message);
+  }
+}
+
 /** A batch of an earlier leadership term, settling after the journal moved on: ignored. */
 class Superseded extends Error {}
 
@@ -400,6 +410,9 @@ export class Journal {
       return;
     }
     remote(batch.firstSeq, batch.records)
+      .catch((error: unknown) => {
+        throw new RemoteCommitError(error instanceof Error ? error : new Error(String(error)));
+      })
       .then(() => {
         // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
         if (term !== this.term) throw new Superseded('superseded');
