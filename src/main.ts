@@ -184,6 +184,7 @@ async function main(): Promise<void> {
       interner: intake.interner,
       keys,
       writer,
+      log,
       leading(on) {
         if (on) delivery.start();
         else void delivery.stop(STOP_DELIVERY_TIMEOUT_MS);

@@ -9,6 +9,7 @@ import { exportLines, LAUNCH_INFO, T0, type TestServer } from './helpers/server.
 import { newCluster, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { postgresHarness, waitForHeld } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
+import { openStore } from '../src/journal/store.ts';
 
 const clusters: TestCluster[] = [];
 after(async () => {
@@ -292,5 +293,43 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     await caughtUp(b3, a);
     assert.equal(logged(b3, 'joined from the snapshot stored in PostgreSQL').length, 0);
     assertSameState(b3, a);
+  });
+
+  test('a join whose copy of the records before the snapshot was cut short finishes it at the next start, before the node may lead', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    await writeEveryKind(a, 'c0');
+    const firstKeyed = (await a.status()).appliedSeq + 1;
+    const keyed = await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'cut-1' } });
+    assert.equal(keyed.status, 200);
+    await writeEveryKind(a, 'c1');
+    await sleep(1_100);
+    const snapshotSeq = await snapshotAndUpload(a);
+    const joined = await c.add();
+    await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
+    await caughtUp(joined, a);
+    const whole = exportLines<{ seq: number }>(joined.dataDir, 'events');
+    assert.equal(whole[0]!.seq, firstKeyed);
+    assert.equal(await joined.stop(), 0);
+    // As a crash in the middle of the copy leaves it: the marker set, the records before the
+    // snapshot only partly there.
+    const store = openStore(joined.dataDir);
+    const cut: number[] = [];
+    for (const key of store.journal.getKeys()) if (key > firstKeyed && key <= snapshotSeq) cut.push(key);
+    await store.root.transaction(() => {
+      for (const key of cut) store.journal.removeSync(key);
+      store.meta.putSync('joinCopyFrom', firstKeyed);
+      store.meta.putSync('joinCopyTo', snapshotSeq);
+    });
+    await store.close();
+    assert.ok(cut.length > 0, 'some records before the snapshot were removed');
+    const again = await c.add({ dataDir: joined.dataDir, nodeName: joined.nodeName });
+    await nextLog(again, 'finished copying the journal records before the joined snapshot', 0);
+    await caughtUp(again, a);
+    assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(a.dataDir, 'events').filter((e) => e.seq >= firstKeyed), 'the copy is complete again');
+    const store2 = openStore(again.dataDir);
+    assert.equal(store2.meta.get('joinCopyFrom'), undefined, 'the marker is gone once the copy is done');
+    await store2.close();
   });
 });

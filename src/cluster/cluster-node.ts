@@ -97,6 +97,10 @@ export interface ClusterHost {
    * and rebuilds the state from it: appliedSeq() is then its seq.
    */
   installSnapshot(source: SnapshotSource): Promise<void>;
+  /** Records a snapshot join still owes the local journal (its copy was cut short), or null. */
+  pendingCopy(): { from: number; to: number } | null;
+  /** Finishes that copy from the cluster's journal. */
+  finishCopy(source: Pick<SnapshotSource, 'batchesAfter'>): Promise<void>;
 }
 
 /** A snapshot stored in PostgreSQL, as a joining node reads it. */
@@ -382,6 +386,11 @@ export class ClusterNode {
             throw error;
           }
         }
+        // A join whose copy of the records before its snapshot was cut short finishes it first.
+        if (this.host.pendingCopy() !== null) {
+          await this.host.finishCopy({ batchesAfter: (after, max) => this.reader.use((client) => this.journal.batchesAfter(client, after, max)) });
+          this.log.info({ appliedSeq: this.host.appliedSeq() }, 'finished copying the journal records before the joined snapshot');
+        }
         // A node that holds nothing loads the newest snapshot first, when there is one: faster
         // than applying the journal from its start (which retention may have trimmed anyway).
         // Tried once: if loading it fails, the journal is applied instead (or, if it no longer
@@ -624,6 +633,9 @@ export class ClusterNode {
   }
 
   private async tryTakeOver(): Promise<void> {
+    // A node whose journal still owes records before its snapshot must not lead (it would
+    // deliver around them): it finishes the copy first (replicate()).
+    if (this.host.pendingCopy() !== null) return;
     let state = await this.leaseClient.use((client) => this.lease.read(client));
     if (!state.exists) {
       // PostgreSQL was unreachable at start (or the rows were removed): create them now.

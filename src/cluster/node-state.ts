@@ -22,7 +22,12 @@ import type { JournalRecord } from '../journal/records.ts';
 import { recover } from '../journal/recovery.ts';
 import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
 import type { SnapshotMeta, Store } from '../journal/store.ts';
+import type { Logger } from '../telemetry/logger.ts';
 import type { ClusterHost, SnapshotSource } from './cluster-node.ts';
+
+/** meta keys: the records a snapshot join still has to copy into the local journal. */
+const COPY_FROM_KEY = 'joinCopyFrom';
+const COPY_TO_KEY = 'joinCopyTo';
 
 /** Local journal writes a follower lets run ahead of it (each is one LMDB put and fsync). */
 const MAX_LOCAL_WRITES_IN_FLIGHT = 32;
@@ -47,6 +52,7 @@ export interface NodeStateDeps {
   leading(on: boolean): void;
   /** Records after this seq must be kept (undelivered to a sink, or a remembered key's record and after); null: no such limit. */
   keepAfter(): number | null;
+  log: Logger;
 }
 
 export class NodeState implements ClusterHost {
@@ -166,9 +172,17 @@ export class NodeState implements ClusterHost {
     }, async () => {
       // The local journal ends before the snapshot, and the cluster's journal no longer has
       // what follows it (or this node holds nothing): replace it, so it has no hole.
+      // The copy is owed until it is done: a marker in `meta` says which records, so that a copy
+      // cut short (PostgreSQL unreachable, a crash) is finished later (finishCopy) instead of
+      // leaving this node's journal without records a sink or a replayed key may need.
+      await store.meta.put(COPY_FROM_KEY, source.journalFrom);
+      await store.meta.put(COPY_TO_KEY, seq);
       try {
         await removeJournal(store);
         await this.copyRecordsBefore(source, source.journalFrom, seq);
+        await this.copyDone();
+      } catch (error) {
+        this.deps.log.warn({ err: error }, 'copying the journal records before the snapshot failed; finishing it later');
       } finally {
         // Whatever happened to the copy, the state is the snapshot's from now on.
         await this.rebuild();
@@ -176,8 +190,28 @@ export class NodeState implements ClusterHost {
     });
   }
 
+  /** Records the local journal still owes from a snapshot join (copied before the snapshot's seq), or null. */
+  pendingCopy(): { from: number; to: number } | null {
+    const from = this.deps.store.meta.get(COPY_FROM_KEY);
+    const to = this.deps.store.meta.get(COPY_TO_KEY);
+    return from === undefined || to === undefined ? null : { from, to };
+  }
+
+  /** Finishes a copy a join left owed (pendingCopy()); rejects when PostgreSQL cannot be read. */
+  async finishCopy(source: Pick<SnapshotSource, 'batchesAfter'>): Promise<void> {
+    const owed = this.pendingCopy();
+    if (owed === null) return;
+    await this.copyRecordsBefore(source, owed.from, owed.to);
+    await this.copyDone();
+  }
+
+  private async copyDone(): Promise<void> {
+    await this.deps.store.meta.remove(COPY_FROM_KEY);
+    await this.deps.store.meta.remove(COPY_TO_KEY);
+  }
+
   /** Copies the cluster journal's records from `fromSeq` (or its first, if later) to `toSeq` into the local journal. */
-  private async copyRecordsBefore(source: SnapshotSource, fromSeq: number, toSeq: number): Promise<void> {
+  private async copyRecordsBefore(source: Pick<SnapshotSource, 'batchesAfter'>, fromSeq: number, toSeq: number): Promise<void> {
     const { store } = this.deps;
     if (fromSeq > toSeq) return;
     let after = fromSeq - 1;
