@@ -2,25 +2,16 @@
 // joining through them from an empty data directory or after retention trimmed past their
 // position, and journal retention in PostgreSQL. Real intake processes on the machine's
 // PostgreSQL, one CLUSTER_NAME per test.
-import { after, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { exportLines, LAUNCH_INFO, T0, type TestServer } from './helpers/server.ts';
-import { newCluster, type TestCluster, type TestNode } from './helpers/cluster.ts';
+import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { postgresHarness, waitForHeld } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 import { openStore } from '../src/journal/store.ts';
 
-const clusters: TestCluster[] = [];
-after(async () => {
-  for (const cluster of clusters) await cluster.destroy();
-});
-
-function cluster(env: Record<string, string> = {}): TestCluster {
-  const c = newCluster(env);
-  clusters.push(c);
-  return c;
-}
+const cluster = clustersOfThisFile();
 
 /** One query on the cluster's PostgreSQL. */
 async function sql<T extends pg.QueryResultRow>(c: TestCluster, text: string): Promise<T[]> {

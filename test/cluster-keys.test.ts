@@ -3,28 +3,19 @@
 // within 1 s, exactly one node creates the first key, clusters sharing a database keep their
 // keys apart, and a PostgreSQL that goes away leaves the last keys read in force.
 import { createHash } from 'node:crypto';
-import { after, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { createFirstKey } from '../src/auth/key-store.ts';
 import { PgKeys } from '../src/cluster/pg-keys.ts';
 import { runCli, tempDataDir, type TestServer } from './helpers/server.ts';
-import { newCluster, type TestCluster } from './helpers/cluster.ts';
+import { clustersOfThisFile, type TestCluster } from './helpers/cluster.ts';
 import { until } from './helpers/wait.ts';
 
 const CREATED_LINE = /^created workspace default, service key: (\S+)$/gm;
 
-const clusters: TestCluster[] = [];
-after(async () => {
-  for (const cluster of clusters) await cluster.destroy();
-});
-
-function cluster(env: Record<string, string> = {}, url?: string): TestCluster {
-  const c = newCluster(env, url);
-  clusters.push(c);
-  return c;
-}
+const cluster = clustersOfThisFile();
 
 /** `npm run keys -- ...` against the cluster's keys (DATA_DIR points at an unused directory). */
 function keys(c: TestCluster, ...args: string[]): { status: number | null; stdout: string; stderr: string } {

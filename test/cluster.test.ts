@@ -1,23 +1,14 @@
 // Cluster mode (CONTRACT.md §12) as clients and operators meet it: several real intake
 // processes on the machine's PostgreSQL, one CLUSTER_NAME per test, talked to directly.
-import { after, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir } from './helpers/server.ts';
-import { newCluster, type TestCluster, type TestNode } from './helpers/cluster.ts';
+import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { SINK_HARNESSES, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 
-const clusters: TestCluster[] = [];
-after(async () => {
-  for (const cluster of clusters) await cluster.destroy();
-});
-
-function cluster(env: Record<string, string> = {}, url?: string): TestCluster {
-  const c = newCluster(env, url);
-  clusters.push(c);
-  return c;
-}
+const cluster = clustersOfThisFile();
 
 /** Every kind of write once; returns the did of the device it launched. */
 async function writeEveryKind(node: TestNode, tag: string): Promise<string> {

@@ -2,18 +2,13 @@
 // `npm start` runs it (the compiled build), on a loopback port of its own that stays the same
 // across restarts (haproxy's config names it), with its own data directory, its logs (stdout and
 // stderr) appended to a file.
+import type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { ROOT, serverCommand } from './servers.ts';
 
-export interface ClusterStatus {
-  node: string;
-  role: 'leader' | 'follower';
-  leader: string | null;
-  epoch: number;
-  appliedSeq: number;
-}
+export type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 
 export interface ClusterNodeOptions {
   name: string;

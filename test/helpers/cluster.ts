@@ -2,18 +2,14 @@
 // runs it), each with its own data directory, sharing one cluster name on a real PostgreSQL
 // (the machine's, or one of our own where a test must stop it). Tests talk to each node
 // directly; nothing is mocked, and no load balancer is needed.
+import type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 import { randomBytes } from 'node:crypto';
+import { after } from 'node:test';
 import pg from 'pg';
 import { startServer, tempDataDir, type StartOptions, type TestServer } from './server.ts';
 import { SHARED_POSTGRES_URL } from './sinks.ts';
 
-export interface ClusterStatus {
-  node: string;
-  role: 'leader' | 'follower';
-  leader: string | null;
-  epoch: number;
-  appliedSeq: number;
-}
+export type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 
 export interface TestCluster {
   readonly name: string;
@@ -99,4 +95,20 @@ export async function dropCluster(url: string, name: string): Promise<void> {
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+/**
+ * For a test file: `const cluster = clustersOfThisFile();` then `cluster(env, url)` makes a fresh
+ * cluster that is destroyed (nodes killed, rows removed) after the file's tests.
+ */
+export function clustersOfThisFile(): (env?: Record<string, string>, url?: string) => TestCluster {
+  const clusters: TestCluster[] = [];
+  after(async () => {
+    for (const cluster of clusters) await cluster.destroy();
+  });
+  return (env = {}, url) => {
+    const c = newCluster(env, url);
+    clusters.push(c);
+    return c;
+  };
 }
