@@ -4,24 +4,18 @@
 // PostgreSQL, one CLUSTER_NAME per test.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
+import type pg from 'pg';
 import { exportLines, LAUNCH_INFO, T0, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
-import { postgresHarness, waitForHeld } from './helpers/sinks.ts';
+import { postgresHarness, waitForHeld, withClient } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 import { openStore } from '../src/journal/store.ts';
 
 const cluster = clustersOfThisFile();
 
 /** One query on the cluster's PostgreSQL. */
-async function sql<T extends pg.QueryResultRow>(c: TestCluster, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: c.url });
-  await client.connect();
-  try {
-    return (await client.query<T>(text, [c.name])).rows;
-  } finally {
-    await client.end();
-  }
+function sql<T extends pg.QueryResultRow>(c: TestCluster, text: string): Promise<T[]> {
+  return withClient(c.url, async (client) => (await client.query<T>(text, [c.name])).rows);
 }
 
 async function journalRows(c: TestCluster): Promise<{ batches: number; first: number | null; last: number | null }> {

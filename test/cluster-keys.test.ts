@@ -5,10 +5,10 @@
 import { createHash } from 'node:crypto';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { createFirstKey } from '../src/auth/key-store.ts';
 import { PgKeys } from '../src/cluster/pg-keys.ts';
+import { withClient } from './helpers/sinks.ts';
 import { runCli, tempDataDir, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster } from './helpers/cluster.ts';
 import { until } from './helpers/wait.ts';
@@ -52,16 +52,6 @@ function createdLines(nodes: TestServer[]): string[] {
   return nodes.flatMap((node) => [...node.stderr().matchAll(CREATED_LINE)].map((m) => m[1]!));
 }
 
-async function withPg<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await run(client);
-  } finally {
-    await client.end();
-  }
-}
-
 describe('keys in cluster mode', () => {
   test('keys CLI with CLUSTER_POSTGRES_URL: create, list, revoke; every node honours each change within 1 s', async () => {
     const c = cluster();
@@ -75,7 +65,7 @@ describe('keys in cluster mode', () => {
     assert.equal((await leader.post('/product', { id: 'p', name: 'P' }, key)).status, 200, 'the leader takes a write with it');
 
     // Stored hashed: the sha256 and the 12-character prefix, never the key.
-    const rows = await withPg(c.url, async (client) => (await client.query('SELECT * FROM intake_cluster.keys WHERE cluster = $1', [c.name])).rows);
+    const rows = await withClient(c.url, async (client) => (await client.query('SELECT * FROM intake_cluster.keys WHERE cluster = $1', [c.name])).rows);
     assert.equal(rows.length, 1);
     assert.equal(rows[0].hash, createHash('sha256').update(key).digest('hex'));
     assert.equal(rows[0].prefix, key.slice(0, 12));
@@ -109,7 +99,7 @@ describe('keys in cluster mode', () => {
     assert.notEqual(keys(c, 'create', 'bad name!').status, 0);
 
     // Two keys sharing their first 8 characters cannot be made by chance; write them directly.
-    await withPg(c.url, async (client) => {
+    await withClient(c.url, async (client) => {
       for (const [hash, prefix] of [['hash-1', 'ABCDEFGH1111'], ['hash-2', 'ABCDEFGH2222']]) {
         await client.query('INSERT INTO intake_cluster.keys (cluster, hash, workspace, prefix, created_at) VALUES ($1, $2, $3, $4, $5)', [c.name, hash, 'ws2', prefix, Date.now()]);
       }

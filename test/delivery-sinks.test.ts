@@ -6,11 +6,11 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import pg from 'pg';
+import type pg from 'pg';
 import { exportLines, launch, startServer, T0, type TestServer } from './helpers/server.ts';
 import { startOwnNats } from '../bench/lib/sink-servers.ts';
 import { openStore } from '../src/journal/store.ts';
-import { natsHarness, postgresHarness, SHARED_POSTGRES_URL, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
+import { natsHarness, postgresHarness, SHARED_POSTGRES_URL, waitForHeld, withClient, type SinkTarget } from './helpers/sinks.ts';
 import { metric, until } from './helpers/wait.ts';
 
 const servers: TestServer[] = [];
@@ -171,15 +171,7 @@ describe('both sinks at once', () => {
 });
 
 describe('PostgreSQL sink', () => {
-  const query = async (sql: string, params: unknown[] = []): Promise<pg.QueryResult> => {
-    const client = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
-    await client.connect();
-    try {
-      return await client.query(sql, params);
-    } finally {
-      await client.end();
-    }
-  };
+  const query = (sql: string, params: unknown[] = []): Promise<pg.QueryResult> => withClient(SHARED_POSTGRES_URL, (client) => client.query(sql, params));
 
   test('U+0000 and unpaired surrogates, which PostgreSQL refuses, arrive as U+FFFD; everything else exactly', async () => {
     const target = await postgresHarness.target();

@@ -284,33 +284,28 @@ export class ClusterNode {
    */
   private async checkPrefix(client: pg.Client): Promise<void> {
     const local = this.host.appliedSeq();
-    if (local === 0) {
-      this.prefixChecked = true;
-      return;
-    }
-    const head = await this.journal.head(client);
-    let reason: string | null = null;
-    if (local > head.lastSeq) reason = `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`;
-    else {
-      const [batch] = await this.journal.batchesAfter(client, local - 1, 1);
-      const theirs = batch === undefined ? undefined : batch.records[local - batch.firstSeq];
-      const mine = this.host.localRecord(local);
-      // Trimmed by retention on either side: nothing to compare, and nothing was mixed.
-      if (theirs !== undefined && mine !== null && exportLine(local, theirs) !== exportLine(local, mine)) {
-        reason = `its record ${local} is not the cluster's record ${local}`;
-      }
-    }
-    if (reason === null) {
-      this.prefixChecked = true;
-      return;
-    }
+    const reason = local === 0 ? null : await this.divergence(client, local);
+    // Done, either way: a diverged journal ends the node.
     this.prefixChecked = true;
+    if (reason === null) return;
     throw new DivergedError(
       `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${reason}. ` +
         `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). ` +
         `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
         `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
     );
+  }
+
+  /** How this node's last record `local` disagrees with the cluster's journal, or null. */
+  private async divergence(client: pg.Client, local: number): Promise<string | null> {
+    const head = await this.journal.head(client);
+    if (local > head.lastSeq) return `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`;
+    const [batch] = await this.journal.batchesAfter(client, local - 1, 1);
+    const theirs = batch === undefined ? undefined : batch.records[local - batch.firstSeq];
+    const mine = this.host.localRecord(local);
+    // Trimmed by retention on either side: nothing to compare, and nothing was mixed.
+    if (theirs === undefined || mine === null || exportLine(local, theirs) === exportLine(local, mine)) return null;
+    return `its record ${local} is not the cluster's record ${local}`;
   }
 
   /** Takes part in elections from now on, known to the others as `name` at `address`. */
@@ -379,13 +374,7 @@ export class ClusterNode {
       }
       let batches: StoredBatch[];
       try {
-        if (!this.prefixChecked) {
-          try {
-            await this.reader.use((client) => this.checkPrefix(client));
-          } catch (error) {
-            throw error;
-          }
-        }
+        if (!this.prefixChecked) await this.reader.use((client) => this.checkPrefix(client));
         // A join whose copy of the records before its snapshot was cut short finishes it first.
         if (this.host.pendingCopy() !== null) {
           await this.host.finishCopy({ batchesAfter: (after, max) => this.reader.use((client) => this.journal.batchesAfter(client, after, max)) });
@@ -699,17 +688,18 @@ export class ClusterNode {
 
   private stepDown(reason: string, error: Error): Promise<void> {
     if (this.roleNow !== 'leader' && this.roleNow !== 'candidate') return this.steppingDown ?? Promise.resolve();
-    const done = this.stepDownNow(reason, error).catch((failure: unknown) => {
-      // The state is half rebuilt: this node cannot serve or follow. End it (a supervisor
-      // restarts it and it recovers from its data directory); the cluster goes on without it.
-      this.log.fatal({ err: failure }, 'stepping down failed: stopping this node');
-      this.onFatal(failure instanceof Error ? failure : new Error(String(failure)));
-    });
-    this.steppingDown = done.finally(() => {
-      if (this.steppingDown === stepping) this.steppingDown = null;
-    });
-    const stepping = this.steppingDown;
-    return stepping;
+    // No second step-down can start meanwhile: the role is 'stepping-down' until this one ends.
+    this.steppingDown = this.stepDownNow(reason, error)
+      .catch((failure: unknown) => {
+        // The state is half rebuilt: this node cannot serve or follow. End it (a supervisor
+        // restarts it and it recovers from its data directory); the cluster goes on without it.
+        this.log.fatal({ err: failure }, 'stepping down failed: stopping this node');
+        this.onFatal(failure instanceof Error ? failure : new Error(String(failure)));
+      })
+      .finally(() => {
+        this.steppingDown = null;
+      });
+    return this.steppingDown;
   }
 
   private async stepDownNow(reason: string, error: Error): Promise<void> {

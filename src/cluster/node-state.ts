@@ -13,13 +13,12 @@
 // rebuilt from that, as recovery does at a start. The local snapshot is complete before the
 // local journal is touched, so a crash at any point leaves a data directory recovery accepts
 // (the snapshot, and a local journal that starts at or before it).
-import { applyRecord } from '../actors/apply.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
-import { keyHashOf, type KeyTable } from '../idempotency/key-table.ts';
+import type { KeyTable } from '../idempotency/key-table.ts';
 import type { Journal } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
-import { recover } from '../journal/recovery.ts';
+import { keptSinceMs, recover, replayRecord } from '../journal/recovery.ts';
 import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
 import type { SnapshotMeta, Store } from '../journal/store.ts';
 import type { Logger } from '../telemetry/logger.ts';
@@ -81,13 +80,8 @@ export class NodeState implements ClusterHost {
     const failure = journal.commitFailure;
     if (failure !== null) throw failure;
     if (firstSeq !== journal.lastAppendedSeq + 1) throw new Error(`replicated batch at seq ${firstSeq} does not follow this node's ${journal.lastAppendedSeq}`);
-    // Keys older than the window are not remembered, as at recovery.
-    const oldestKeptMs = Date.now() - keys.windowSeconds * 1000;
-    for (let i = 0; i < records.length; i++) {
-      const record = records[i]!;
-      applyRecord(workspaces, interner, record);
-      if (record.idem !== undefined && record.at >= oldestKeptMs) keys.remember(keyHashOf(record.idem), firstSeq + i, record.at);
-    }
+    const keptSince = keptSinceMs(keys);
+    for (let i = 0; i < records.length; i++) replayRecord(workspaces, interner, keys, firstSeq + i, records[i]!, keptSince);
     const write = journal.appendReplicated(firstSeq, records);
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write)).catch(() => undefined);

@@ -1,6 +1,7 @@
-// PostgreSQL connections of cluster mode. Each job has its own client (commits, the lease, the
-// journal reader, LISTEN), so a slow commit never delays a lease renewal, and LISTEN, which
-// node-postgres cannot do on a pooled client, has a connection of its own.
+// PostgreSQL connections: cluster mode's and the PostgreSQL sink's (delivery/postgres-sink.ts).
+// In cluster mode each job has its own client (commits, the lease, the journal reader, LISTEN),
+// so a slow commit never delays a lease renewal, and LISTEN, which node-postgres cannot do on a
+// pooled client, has a connection of its own.
 import pg from 'pg';
 
 /** A server that does not answer a connect within this is treated as unreachable. */
@@ -14,7 +15,8 @@ export interface ClientOptions {
   applicationName: string;
 }
 
-export async function connectClient(url: string, options: ClientOptions): Promise<pg.Client> {
+/** A client not connected yet, with the timeouts above and its 'error' event handled. */
+export function newClient(url: string, options: ClientOptions): pg.Client {
   const client = new pg.Client({
     connectionString: url,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
@@ -25,6 +27,11 @@ export async function connectClient(url: string, options: ClientOptions): Promis
   // A connection lost between queries emits 'error'; the next query fails and its owner
   // reconnects. Without a listener the event would end the process.
   client.on('error', () => undefined);
+  return client;
+}
+
+export async function connectClient(url: string, options: ClientOptions): Promise<pg.Client> {
+  const client = newClient(url, options);
   try {
     await client.connect();
   } catch (error) {

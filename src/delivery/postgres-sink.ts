@@ -26,7 +26,8 @@
 // JSON allows both. Such characters become U+FFFD in this sink (NATS gets the exact line). Rows
 // are inserted in seq order within a batch (jsonb_array_elements keeps the array's order).
 import { createHash } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
+import { closeClient, newClient } from '../cluster/pg-client.ts';
 import { SinkMismatchError, sinkId, type Delivered, type OutgoingRecord, type Sink, type SinkConfig, type SinkOpened } from './sink.ts';
 
 /** The table of positions, one per sink table, in the sink table's schema. */
@@ -40,9 +41,6 @@ export function recordHash(line: string): string {
   return createHash('sha256').update(line).digest('hex');
 }
 
-const CONNECT_TIMEOUT_MS = 3_000;
-/** end() waits for the server's goodbye; a server that is gone may never send it. */
-const CLOSE_TIMEOUT_MS = 1_000;
 /** A batch of a few MB inserts in well under a second; a server that hangs longer is down. */
 const QUERY_TIMEOUT_MS = 30_000;
 
@@ -119,16 +117,7 @@ export class PostgresSink implements Sink {
 
   async open(): Promise<SinkOpened> {
     const epoch = this.epoch;
-    const client = new pg.Client({
-      connectionString: this.url,
-      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-      query_timeout: QUERY_TIMEOUT_MS,
-      keepAlive: true,
-      application_name: APPLICATION_NAME,
-    });
-    // A connection lost between queries emits 'error'; the next query fails and the loop
-    // reconnects. Without a listener the event would end the process.
-    client.on('error', () => undefined);
+    const client = newClient(this.url, { queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName: APPLICATION_NAME });
     this.client = client; // close() ends it, also while it connects
     await client.connect();
     const me = await client.query<{ pid: number; start: string }>('SELECT pid, backend_start::text AS start FROM pg_stat_activity WHERE pid = pg_backend_pid()');
@@ -252,8 +241,6 @@ export class PostgresSink implements Sink {
     this.client = null;
     if (this.backend !== null) this.closedBackends.push(this.backend);
     this.backend = null;
-    if (client === null) return;
-    const ended = client.end().catch(() => undefined);
-    await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS).unref())]);
+    await closeClient(client);
   }
 }

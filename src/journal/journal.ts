@@ -399,29 +399,23 @@ export class Journal {
   private write(batch: Batch, previous: Batch | undefined, remote: RemoteCommit | null): void {
     const startedAt = performance.now();
     const term = this.term;
-    const settle = (error: Error | null, latencyMs: number): void => {
-      if (term === this.term) this.settle(batch, error, latencyMs);
-    };
-    if (remote === null) {
-      this.writeLocal(batch, previous).then(
-        (written) => settle(written ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
-        (error: unknown) => settle(error instanceof Error ? error : new Error(String(error)), 0),
-      );
-      return;
-    }
-    remote(batch.firstSeq, batch.records)
-      .catch((error: unknown) => {
-        throw new RemoteCommitError(error instanceof Error ? error : new Error(String(error)));
-      })
-      .then(() => {
-        // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
-        if (term !== this.term) throw new Superseded('superseded');
-        return this.writeLocal(batch, previous);
-      })
-      .then(
-        (written) => settle(written ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
-        (error: unknown) => settle(error instanceof Error ? error : new Error(String(error)), 0),
-      );
+    const written =
+      remote === null
+        ? this.writeLocal(batch, previous)
+        : remote(batch.firstSeq, batch.records).then(
+            () => {
+              // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
+              if (term !== this.term) throw new Superseded('superseded');
+              return this.writeLocal(batch, previous);
+            },
+            (error: unknown) => {
+              throw new RemoteCommitError(error instanceof Error ? error : new Error(String(error)));
+            },
+          );
+    written.then(
+      (done) => term === this.term && this.settle(batch, done ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
+      (error: unknown) => term === this.term && this.settle(batch, error instanceof Error ? error : new Error(String(error)), 0),
+    );
   }
 
   private missingBefore(batch: Batch, previous: Batch | undefined): Error {

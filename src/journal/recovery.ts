@@ -6,6 +6,7 @@ import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import { keyHashOf, type KeyTable } from '../idempotency/key-table.ts';
 import { Journal } from './journal.ts';
+import type { JournalRecord } from './records.ts';
 import { loadSnapshot } from './snapshot-loader.ts';
 import { newestCompleteSnapshot } from './snapshot-writer.ts';
 import type { Store } from './store.ts';
@@ -64,7 +65,7 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
   const started = performance.now();
   const snapshot = newestCompleteSnapshot(store);
   if (snapshot !== null) loadSnapshot(store, snapshot, workspaces, interner, keys);
-  const oldestKeptMs = keys === null ? 0 : Date.now() - keys.windowSeconds * 1000;
+  const oldestKeptMs = keptSinceMs(keys);
   const afterSeq = snapshot?.seq ?? 0;
   const loaded = performance.now();
   checkStart(store, afterSeq);
@@ -74,8 +75,7 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
     // Seqs follow each other without a gap: a hole means a commit failed and later records were
     // stored anyway (issue 17); they were never acknowledged and must not be replayed.
     if (seq !== lastSeq + 1) throw brokenSequence(store, lastSeq, seq, dataDir);
-    applyRecord(workspaces, interner, record);
-    if (keys !== null && record.idem !== undefined && record.at >= oldestKeptMs) keys.remember(keyHashOf(record.idem), seq, record.at);
+    replayRecord(workspaces, interner, keys, seq, record, oldestKeptMs);
     records++;
     lastSeq = seq;
   }
@@ -88,6 +88,21 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
     replayMs: performance.now() - loaded,
     lastSeq,
   };
+}
+
+/** Records accepted before this (Unix ms) carry keys already out of the window: not remembered. */
+export function keptSinceMs(keys: KeyTable | null): number {
+  return keys === null ? 0 : Date.now() - keys.windowSeconds * 1000;
+}
+
+/**
+ * A stored record becomes state: applyRecord, and its Idempotency-Key (a key travels in its
+ * write's record) remembered unless older than the window. Recovery and a cluster follower
+ * (cluster/node-state.ts) replay records through this one function.
+ */
+export function replayRecord(workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null, seq: number, record: JournalRecord, keptSince: number): void {
+  applyRecord(workspaces, interner, record);
+  if (keys !== null && record.idem !== undefined && record.at >= keptSince) keys.remember(keyHashOf(record.idem), seq, record.at);
 }
 
 function brokenSequence(store: Store, previous: number, seq: number, dataDir: string | null): JournalGap {

@@ -5,9 +5,8 @@
 import type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 import { randomBytes } from 'node:crypto';
 import { after } from 'node:test';
-import pg from 'pg';
 import { startServer, tempDataDir, type StartOptions, type TestServer } from './server.ts';
-import { SHARED_POSTGRES_URL } from './sinks.ts';
+import { SHARED_POSTGRES_URL, withClient } from './sinks.ts';
 
 export type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 
@@ -83,18 +82,11 @@ export function newCluster(env: Record<string, string> = {}, url: string = SHARE
 }
 
 export async function dropCluster(url: string, name: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
+  await withClient(url, async (client) => {
     for (const table of ['journal', 'head', 'lease', 'snapshots', 'snapshot_chunks', 'keys', 'keys_version']) {
       await client.query(`DELETE FROM intake_cluster.${table} WHERE cluster = $1`, [name]).catch(() => undefined);
     }
-  } catch {
-    // the server is gone (our own, stopped)
-  } finally {
-    await client.end().catch(() => undefined);
-  }
+  }).catch(() => undefined); // the server is gone (our own, stopped)
 }
 
 /**

@@ -199,7 +199,8 @@ export const natsHarness: SinkHarness = {
 
 type Row = { seq: string; workspace: string; kind: string; at: string; did: string | null; sid: string | null; customer: string | null; data: unknown };
 
-async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
+/** One connection to the PostgreSQL at `url` for `use`, closed afterwards. */
+export async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url });
   client.on('error', () => undefined);
   await client.connect();
