@@ -18,7 +18,8 @@ import { KeyTable } from './idempotency/key-table.ts';
 import { RateLimits } from './http/rate-limits.ts';
 import { ERRORS } from './http/errors.ts';
 import type { WriteGate } from './http/write-gate.ts';
-import { startHttpServer } from './http/server.ts';
+import { GET_PATHS, startHttpServer } from './http/server.ts';
+import { buildBatchRoute } from './http/batch.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal, NotLeadingError, RemoteCommitError } from './journal/journal.ts';
 import { JournalGap, recover } from './journal/recovery.ts';
@@ -208,9 +209,12 @@ async function main(): Promise<void> {
 
   const validators = buildValidators(settings);
   const pool = new MappingPool(settings);
-  const routes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
+  const writeRoutes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
   const rateLimits = new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
   metrics.watchRateLimits(rateLimits);
+  const gate = node === null ? singleNodeGate(journal) : clusterGate(node);
+  // POST /batch runs its items through the write routes above (CONTRACT.md §13).
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
   const server = await startHttpServer({
     settings,
     auth,
@@ -220,7 +224,7 @@ async function main(): Promise<void> {
     log,
     openApiJson: JSON.stringify(buildOpenApi(routes, version)),
     rateLimits,
-    gate: node === null ? singleNodeGate(journal) : clusterGate(node),
+    gate,
     clusterStatus: node === null ? null : () => node!.status(),
   });
   if (node !== null) {

@@ -10,6 +10,8 @@ export interface Settings {
   bodyLimitBytes: number;
   mappingBodyLimitBytes: number;
   mappingMaxItems: number;
+  batchMaxItems: number;
+  batchBodyLimitBytes: number;
   journalMaxBatchRecords: number;
   journalMaxCommitsInFlight: number;
   commitMode: 'group' | 'sync';
@@ -73,6 +75,8 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'bodyLimitBytes', env: 'BODY_LIMIT_BYTES', flag: '--body-limit-bytes', kind: 'integer', defaultValue: 1 * MiB, min: 1024, max: 256 * MiB, description: 'request body limit of every endpoint but the two mapping ones (inflated size too)' },
   { key: 'mappingBodyLimitBytes', env: 'MAPPING_BODY_LIMIT_BYTES', flag: '--mapping-body-limit-bytes', kind: 'integer', defaultValue: 16 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of the mapping endpoints (inflated size too)' },
   { key: 'mappingMaxItems', env: 'MAPPING_MAX_ITEMS', flag: '--mapping-max-items', kind: 'integer', defaultValue: 100_000, min: 1, max: 10_000_000, description: 'most product ids in one mapping request' },
+  { key: 'batchMaxItems', env: 'BATCH_MAX_ITEMS', flag: '--batch-max-items', kind: 'integer', defaultValue: 1000, min: 1, max: 100_000, description: 'most items (writes) in one POST /batch; more is 422 array.max on requests' },
+  { key: 'batchBodyLimitBytes', env: 'BATCH_BODY_LIMIT_BYTES', flag: '--batch-body-limit-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of POST /batch (inflated size too); each item is also held to the limit of its own endpoint' },
   { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
   { key: 'journalMaxCommitsInFlight', env: 'JOURNAL_MAX_COMMITS_IN_FLIGHT', flag: '--journal-max-commits-in-flight', kind: 'integer', defaultValue: 1, min: 1, max: 64, description: 'journal batches handed to LMDB and not yet durable; while that many are, the open batch keeps growing' },
   { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },

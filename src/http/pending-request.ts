@@ -29,6 +29,31 @@ export interface RouteDoc {
   body: TSchema | null;
   /** App launch answers {did, sid} instead of {success: true}. */
   launch?: boolean;
+  /** The 200 body when it is neither (POST /batch: its results). */
+  result?: TSchema;
+}
+
+/**
+ * What a route's handler sees of a write: a request sent alone (PendingRequest) or one item of a
+ * POST /batch (batch-item.ts). Routes take this, not the HTTP request, so that a batch item runs
+ * through exactly the same route code as the request sent alone.
+ */
+export interface WriteRequest extends Reply {
+  readonly workspace: Workspace;
+  /** The decoded `:id` URL parameter ('' for routes without one). */
+  readonly param: string;
+  /** Server receive time, Unix ms (journaled as `at`). */
+  readonly at: number;
+  readonly limitBytes: number;
+  readonly encoding: Encoding;
+  /** A schema violation: answered at once, nothing was applied. */
+  invalid(details: ValidationDetail[]): void;
+  /** Not gzip, not JSON, or not an object (found by a worker). */
+  malformed(message: string): void;
+  /** The inflated body is over the limit (found by a worker). */
+  payloadTooLarge(message: string): void;
+  /** Every mapping worker is busy and their queue is full: 503 with Retry-After. */
+  workersBusy(retryAfterSeconds: number): void;
 }
 
 export interface WriteRoute {
@@ -37,16 +62,16 @@ export interface WriteRoute {
   readonly method: 'post' | 'del';
   readonly pattern: string;
   /** Which body limit applies; "none" routes (DELETE) do not read a body. */
-  readonly limit: 'body' | 'mapping' | 'none';
+  readonly limit: 'body' | 'mapping' | 'batch' | 'none';
   readonly hasParam: boolean;
   readonly doc: RouteDoc;
   metrics: RouteMetrics;
   /** Validates and dispatches; `body` is null for routes without a body. */
-  handle(request: PendingRequest, body: Record<string, unknown> | null): void;
+  handle(request: WriteRequest, body: Record<string, unknown> | null): void;
   /** True when a body of this size and encoding should be handed over raw (to a worker). */
   offload?(sizeBytes: number, encoding: Encoding): boolean;
   /** Takes a raw body that `offload` asked for: not yet inflated, parsed or validated. */
-  handleRaw?(request: PendingRequest, bytes: Buffer): void;
+  handleRaw?(request: WriteRequest, bytes: Buffer): void;
 }
 
 export interface RequestEnvironment {
@@ -60,7 +85,7 @@ export interface RequestEnvironment {
   onIdle: (() => void) | null;
 }
 
-export class PendingRequest implements Reply {
+export class PendingRequest implements WriteRequest {
   readonly res: HttpResponse;
   readonly route: WriteRoute;
   readonly workspace: Workspace;
@@ -75,6 +100,8 @@ export class PendingRequest implements Reply {
   readonly idempotency: IdempotencyClaim | null;
   /** x-request-id: on the answer and on every log line about the request. */
   readonly requestId: string;
+  /** The x-service-key it was authenticated with: a batch takes one rate-limit token per item. */
+  readonly serviceKey: string;
   private readonly env: RequestEnvironment;
   private aborted = false;
   private done = false;
@@ -86,6 +113,11 @@ export class PendingRequest implements Reply {
   private replyStatus = OK;
   private replyBody = '';
   private replayAnswer: (() => string) | null = null;
+  /**
+   * The decoded body's bytes, set only while the route's handle() runs (a batch reads its items'
+   * bytes from it). They may be uWS's own memory, which it reuses once onData returns: never keep them.
+   */
+  rawBody: Buffer | null = null;
 
   constructor(
     res: HttpResponse,
@@ -98,6 +130,7 @@ export class PendingRequest implements Reply {
     env: RequestEnvironment,
     idempotency: IdempotencyClaim | null,
     requestId: string,
+    serviceKey: string,
   ) {
     this.res = res;
     this.route = route;
@@ -110,6 +143,7 @@ export class PendingRequest implements Reply {
     this.env = env;
     this.idempotency = idempotency;
     this.requestId = requestId;
+    this.serviceKey = serviceKey;
   }
 
   /** Called from the uWS route handler. */
@@ -175,7 +209,12 @@ export class PendingRequest implements Reply {
     this.idempotency?.fingerprint(bodyFingerprint(inflated.raw));
     const parsed = parseJsonObject(inflated.raw);
     if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
-    this.dispatch(parsed.body);
+    this.rawBody = inflated.raw;
+    try {
+      this.dispatch(parsed.body);
+    } finally {
+      this.rawBody = null;
+    }
   };
 
   private dispatchRaw(bytes: Buffer): void {
@@ -220,6 +259,11 @@ export class PendingRequest implements Reply {
    */
   workersBusy(retryAfterSeconds: number): void {
     this.answerError(ERRORS.serviceUnavailable, MAPPING_WORKERS_BUSY, { header: ['retry-after', String(retryAfterSeconds)] });
+  }
+
+  /** Over the rate limit once the body told how many tokens it needs (a batch of n items: n). */
+  rateLimited(retryAfterSeconds: number, message?: string): void {
+    this.answerError(ERRORS.rateLimit, message, { header: ['retry-after', String(retryAfterSeconds)] });
   }
 
   /** A schema violation: answered at once, nothing was applied. */

@@ -11,7 +11,8 @@ interface Bucket {
 
 export class RateLimits {
   private readonly perMs: number;
-  private readonly burst: number;
+  /** The bucket size: the most tokens one request (a batch: one per item) can ever take. */
+  readonly burst: number;
   private readonly buckets = new Map<string, Bucket>();
   /**
    * Requests refused since start, all keys together: /metrics needs no key, so it must not say
@@ -30,10 +31,10 @@ export class RateLimits {
   }
 
   /**
-   * Takes a token for `key`; returns 0 when the request may go on, else the whole seconds
-   * (at least 1) until a token will be there, for Retry-After.
+   * Takes `count` tokens for `key` (all or none); returns 0 when the request may go on, else the
+   * whole seconds (at least 1) until that many will be there, for Retry-After.
    */
-  take(key: string, now: number): number {
+  take(key: string, now: number, count = 1): number {
     let bucket = this.buckets.get(key);
     if (bucket === undefined) {
       bucket = { tokens: this.burst, at: now };
@@ -42,11 +43,17 @@ export class RateLimits {
       bucket.tokens = Math.min(this.burst, bucket.tokens + (now - bucket.at) * this.perMs);
       bucket.at = now;
     }
-    if (bucket.tokens >= 1) {
-      bucket.tokens -= 1;
+    if (bucket.tokens >= count) {
+      bucket.tokens -= count;
       return 0;
     }
     this.limited++;
-    return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perMs / 1000));
+    return Math.max(1, Math.ceil((count - bucket.tokens) / this.perMs / 1000));
+  }
+
+  /** Gives back tokens taken for a request that was then refused (nothing of it was applied). */
+  refund(key: string, count: number): void {
+    const bucket = this.buckets.get(key);
+    if (bucket !== undefined) bucket.tokens = Math.min(this.burst, bucket.tokens + count);
   }
 }

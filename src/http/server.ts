@@ -45,7 +45,8 @@ export interface HttpServer {
   settled(timeoutMs: number): Promise<void>;
 }
 
-const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json', '/cluster'];
+/** The read-only endpoints (a batch item naming one of them gets the 405 it would get alone). */
+export const GET_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.json', '/cluster'];
 
 /** An answer decided from the request head alone (the body, if any, is never read). */
 function refuseEarly(env: RequestEnvironment, route: WriteRoute, res: HttpResponse, requestId: string, startedAt: number, error: ErrorSpec, message?: string, options: SendOptions = {}): void {
@@ -108,7 +109,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
       const found = bodyEncoding(req.getHeader('content-encoding'));
       if (found === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       encoding = found;
-      limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : settings.bodyLimitBytes;
+      limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : route.limit === 'batch' ? settings.batchBodyLimitBytes : settings.bodyLimitBytes;
       const declared = req.getHeader('content-length');
       if (declared !== '' && Number(declared) > limitBytes) {
         // Refused from the head, answered once the body is drained (drain.ts).
@@ -118,7 +119,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
         return;
       }
     }
-    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim, requestId);
+    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey);
     request.start();
   };
 

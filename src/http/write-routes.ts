@@ -18,7 +18,7 @@ import { validateIdParam, type BodyValidator, type Validators } from '../schemas
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { MappingPool } from '../workers/mapping-pool.ts';
 import type { MappingTaskResult } from '../workers/mapping-result.ts';
-import type { PendingRequest, RouteDoc, WriteRoute } from './pending-request.ts';
+import type { RouteDoc, WriteRequest, WriteRoute } from './pending-request.ts';
 
 /** Timestamps may arrive as 13-digit strings; the journal and the actors see numbers. */
 function normalizeTimestamp(body: Record<string, unknown>): void {
@@ -41,7 +41,7 @@ function route(
 }
 
 /** Validates the body; on failure answers 422 and returns null. */
-function valid<T>(validator: BodyValidator, request: PendingRequest, body: Record<string, unknown> | null): T | null {
+function valid<T>(validator: BodyValidator, request: WriteRequest, body: Record<string, unknown> | null): T | null {
   const details = validator.validate(body);
   if (details !== null) {
     request.invalid(details);
@@ -60,7 +60,7 @@ export interface RouteDependencies {
 
 export function buildWriteRoutes({ intake, validators: v, metrics, pool, mappingMaxItems }: RouteDependencies): WriteRoute[] {
   const { devices, catalog } = intake;
-  const withId = (request: PendingRequest, extra: ValidationDetail[] | null): boolean => {
+  const withId = (request: WriteRequest, extra: ValidationDetail[] | null): boolean => {
     const idDetails = validateIdParam(v, request.param);
     if (idDetails === null && extra === null) return true;
     request.invalid([...(idDetails ?? []), ...(extra ?? [])].slice(0, MAX_DETAILS));
@@ -68,7 +68,7 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, mapping
   };
 
   /** In the catalog's turn, once the worker is done with the body. */
-  const afterWorker = (request: PendingRequest, add: boolean, idDetails: ValidationDetail[] | null, result: MappingTaskResult): void | Promise<void> => {
+  const afterWorker = (request: WriteRequest, add: boolean, idDetails: ValidationDetail[] | null, result: MappingTaskResult): void | Promise<void> => {
     switch (result.kind) {
       case 'tooLarge':
         return request.payloadTooLarge(result.message);

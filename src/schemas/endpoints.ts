@@ -115,6 +115,46 @@ export const mappingBody = (maxItems: number) =>
     { ...closed, description: 'duplicate ids are ignored' },
   );
 
+/** The methods a batch item may have (CONTRACT.md §13): those of the write endpoints. */
+export const BATCH_METHODS = ['POST', 'DELETE'] as const;
+
+/** One write of a POST /batch, as it would be sent alone. */
+export const BatchItemBody = Type.Object(
+  {
+    method: OneOf(BATCH_METHODS),
+    path: Type.String({
+      minLength: 1,
+      pattern: '^/',
+      description: "the write endpoint's path, :id filled in and percent-encoded as in a URL (e.g. /product/sku%2F1); an unknown path is the item's 404, another endpoint's method its 405",
+    }),
+    body: Type.Optional(Type.Unknown({ description: 'the body the request alone would send: a JSON object; absent for DELETE' })),
+    idempotencyKey: Type.Optional(
+      Type.String({ description: 'the Idempotency-Key the request alone would send (same scope: workspace, method, path); a malformed one is the item\'s 400 IdempotencyKeyError' }),
+    ),
+  },
+  closed,
+);
+
+export const batchBody = (maxItems: number) =>
+  Type.Object(
+    { requests: Type.Array(BatchItemBody, { minItems: 1, maxItems }) },
+    { ...closed, description: 'writes applied in order, each exactly as if sent alone' },
+  );
+
+/** The 200 answer of a POST /batch: one result per item, in item order. */
+export const BatchResults = Type.Object({
+  results: Type.Array(
+    Type.Object({
+      status: Type.Integer({ description: 'the status the item would get alone: 200, 400, 404, 405, 413, 422, or 500/503' }),
+      body: Type.Object({}, { additionalProperties: true, description: 'the body the item would get alone: {"success": true}, {"did", "sid"}, an error body or a ValidationError' }),
+      replayed: Type.Optional(Type.Literal(true, { description: 'present when the item was answered from its Idempotency-Key' })),
+    }),
+  ),
+});
+
+export type BatchItem = Static<typeof BatchItemBody>;
+export type BatchResult = Static<typeof BatchResults>['results'][number];
+
 export type AppLaunch = Static<typeof AppLaunchBody>;
 export type TrackEvent = Static<typeof TrackEventBody>;
 export type Identify = Static<typeof IdentifyBody>;

@@ -7,8 +7,8 @@ export interface DocumentedRoute {
   method: 'post' | 'del';
   pattern: string;
   hasParam: boolean;
-  limit: 'body' | 'mapping' | 'none';
-  doc: { summary: string; body: TSchema | null; launch?: boolean };
+  limit: 'body' | 'mapping' | 'batch' | 'none';
+  doc: { summary: string; body: TSchema | null; launch?: boolean; result?: TSchema };
 }
 
 const ValidationError = Type.Object({
@@ -28,8 +28,8 @@ const ErrorBody = Type.Object({
   type: Type.Union(Object.values(ERRORS).map((error) => Type.Literal(error.type)), { description: 'the kind of error (the table in the README says when each comes)' }),
   message: Type.String(),
 });
-const Success = Type.Object({ success: Type.Literal(true) });
-const LaunchResult = Type.Object({
+export const Success = Type.Object({ success: Type.Literal(true) });
+export const LaunchResult = Type.Object({
   did: Type.String({ description: 'the device id; new when none usable was sent' }),
   sid: Type.String({ description: 'a new session id' }),
 });
@@ -86,7 +86,7 @@ export function buildOpenApi(routes: readonly DocumentedRoute[], version: string
       '200': {
         description: 'accepted and durably journaled (or, with `idempotent-replayed: true`, the first answer of this Idempotency-Key)',
         headers: { ...REQUEST_ID_HEADER, 'idempotent-replayed': { description: 'present (`true`) when this answer is the replay of an earlier request with the same Idempotency-Key', schema: { type: 'string', enum: ['true'] } } },
-        content: json(ref(route.doc.launch ? 'LaunchResult' : 'Success')),
+        content: json(route.doc.result !== undefined ? plain(route.doc.result) : ref(route.doc.launch ? 'LaunchResult' : 'Success')),
       },
       '400': errorResponse(`${ERRORS.idempotencyKey.message} (IdempotencyKeyError)`),
       '401': errorResponse(ERRORS.authentication.message),

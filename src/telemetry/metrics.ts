@@ -61,6 +61,8 @@ export interface StateCounts {
 export class Metrics {
   readonly registry = new client.Registry();
   private readonly routes: RouteMetrics[] = [];
+  /** POST /batch items by the route they named ("unknown": none) and their status, one slot per status. */
+  private readonly batchItems = new Map<string, Float64Array>();
   readonly commitSeconds = new client.Histogram({
     name: 'intake_journal_commit_duration_seconds',
     help: 'journal batch commit latency (LMDB write until fsync)',
@@ -85,6 +87,12 @@ export class Metrics {
     scraped(this.registry, 'intake_requests_total', 'HTTP requests by route and status', 'counter', () => {
       const samples: Sample[] = [];
       for (const r of routes) r.statuses.forEach((count, status) => count > 0 && samples.push({ value: count, labels: { route: r.route, status } }));
+      return samples;
+    });
+    const batchItems = this.batchItems;
+    scraped(this.registry, 'intake_batch_items_total', 'items of POST /batch by the route they named and the status they got', 'counter', () => {
+      const samples: Sample[] = [];
+      for (const [route, statuses] of batchItems) statuses.forEach((count, status) => count > 0 && samples.push({ value: count, labels: { route, status } }));
       return samples;
     });
     scraped(this.registry, 'intake_request_duration_seconds', 'time from request start to response, by route', 'histogram', () => {
@@ -118,6 +126,13 @@ export class Metrics {
     gauge('intake_devices', 'devices held in memory, all workspaces', () => counts.devices());
     gauge('intake_products', 'products held in memory, all workspaces', () => counts.products());
     gauge('intake_collections', 'collections held in memory, all workspaces', () => counts.collections());
+  }
+
+  /** Counts one item of a POST /batch (plain arrays, like the routes: a batch counts 1,000 at once). */
+  batchItem(route: string, status: number): void {
+    let statuses = this.batchItems.get(route);
+    if (statuses === undefined) this.batchItems.set(route, (statuses = new Float64Array(STATUS_SLOTS)));
+    statuses[status] = statuses[status]! + 1;
   }
 
   route(name: string): RouteMetrics {

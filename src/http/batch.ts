@@ -1,0 +1,242 @@
+// POST /batch (CONTRACT.md §13): up to BATCH_MAX_ITEMS writes in one request, each handled by
+// the same route code as the request sent alone (write-routes.ts), answered with one result per
+// item. The batch itself is a write route: the server checks it like any other (route, key, one
+// rate-limit token, write gate, Idempotency-Key header, content type, size under
+// BATCH_BODY_LIMIT_BYTES, JSON), then handle() below checks the envelope (422), takes the other
+// n - 1 tokens (429), and runs the items.
+//
+// Items run strictly one after the other: the next starts once the one before it is decided
+// (applied and its record appended, or refused), so each sees the effect of those before it and
+// their journal records are appended in item order. Items that decide at once (all but a big
+// mapping applied in slices, or a catalog write queued behind another request's mapping) all
+// run in one event-loop turn and so land in one journal commit (group commit; split only past
+// JOURNAL_MAX_BATCH_RECORDS). The batch is answered once every item's answer is known: for a
+// 200, once its record is durable.
+//
+// Big mapping items are not sent to the mapping workers: the batch's body is parsed already (it
+// is at most BATCH_BODY_LIMIT_BYTES, 4 MiB), so an item is validated on this thread with the same
+// compiled schema the workers use, and a mapping of more than 1,024 ids is applied in slices by
+// the catalog actor, exactly as a small mapping request sent alone is.
+import type { Settings } from '../config/settings.ts';
+import { bodyFingerprint, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
+import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
+import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { BatchItem, type ItemOwner } from './batch-item.ts';
+import { ItemRouter } from './batch-paths.ts';
+import { itemBodySlices } from './batch-slices.ts';
+import { ERRORS } from './errors.ts';
+import { fillParam } from './path-param.ts';
+import type { PendingRequest, WriteRoute } from './pending-request.ts';
+import type { RateLimits } from './rate-limits.ts';
+import type { WriteGate } from './write-gate.ts';
+
+export const BATCH_PATH = '/batch';
+
+export interface BatchDependencies {
+  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes'>;
+  /** The write routes an item may name. */
+  routes: readonly WriteRoute[];
+  /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
+  otherPaths: readonly string[];
+  gate: WriteGate;
+  rateLimits: RateLimits;
+  metrics: Metrics;
+  log: Logger;
+}
+
+/** What the items share: the route table, limits and dependencies. */
+interface BatchContext {
+  readonly router: ItemRouter;
+  readonly deps: BatchDependencies;
+}
+
+/**
+ * Per item, what must be read from the raw body while handle() runs (uWS reuses its memory
+ * afterwards): the body's size in bytes and its fingerprint. Sizes are -1 when not measured: no
+ * item can then be over its endpoint's limit (the whole body is not).
+ */
+interface ItemBytes {
+  sizes: Int32Array;
+  /** Two words per item; filled only when the batch carries Idempotency-Keys. */
+  prints: Uint32Array | null;
+}
+
+function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean): ItemBytes {
+  const n = requests.length;
+  const sizes = new Int32Array(n).fill(-1);
+  const prints = keyed ? new Uint32Array(n * 2) : null;
+  if (!measureSizes && !keyed) return { sizes, prints };
+  const slices = itemBodySlices(raw, n);
+  for (let i = 0; i < n; i++) {
+    const item = requests[i]!;
+    if (item.body === undefined) continue;
+    let bytes: Uint8Array;
+    if (slices !== null && slices[2 * i]! >= 0) bytes = raw.subarray(slices[2 * i]!, slices[2 * i + 1]!);
+    // Not expected (the scan follows JSON.parse); compact JSON is what most clients send alone.
+    else bytes = Buffer.from(JSON.stringify(item.body));
+    sizes[i] = bytes.length;
+    if (prints !== null) {
+      const [f0, f1] = bodyFingerprint(bytes);
+      prints[2 * i] = f0;
+      prints[2 * i + 1] = f1;
+    }
+  }
+  return { sizes, prints };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** One POST /batch being run: its items, in order, and the answer once all are known. */
+class BatchRun implements ItemOwner {
+  readonly log: Logger;
+  readonly requestId: string;
+  private readonly items: BatchItem[] = [];
+  private next = 0;
+  private open: number;
+  private waitingFor: BatchItem | null = null;
+  private dispatched = false;
+
+  constructor(
+    private readonly context: BatchContext,
+    private readonly request: PendingRequest,
+    private readonly requests: readonly BatchItemSpec[],
+    private readonly bytes: ItemBytes,
+    private readonly batchKey: string | null,
+  ) {
+    this.log = context.deps.log;
+    this.requestId = request.requestId;
+    this.open = requests.length;
+    for (let i = 0; i < requests.length; i++) this.items.push(new BatchItem(this, i, request.workspace, request.at));
+  }
+
+  readonly run = (): void => {
+    while (this.next < this.items.length) {
+      const item = this.items[this.next]!;
+      this.next++;
+      this.dispatch(item);
+      // Decided later (in the catalog actor's turn): the next item waits for it (decided()).
+      if (!item.isDecided) {
+        this.waitingFor = item;
+        return;
+      }
+    }
+    this.dispatched = true;
+    this.answerWhenDone();
+  };
+
+  decided(item: BatchItem): void {
+    if (item !== this.waitingFor) return;
+    this.waitingFor = null;
+    // Not from inside this call: the actor appends the item's journal record right after
+    // deciding it, and the next item's record must come after it.
+    queueMicrotask(this.run);
+  }
+
+  final(item: BatchItem): void {
+    this.context.deps.metrics.batchItem(item.routeName, item.status);
+    this.open--;
+    this.answerWhenDone();
+  }
+
+  private answerWhenDone(): void {
+    if (!this.dispatched || this.open !== 0) return;
+    let out = '{"results":[';
+    for (let i = 0; i < this.items.length; i++) {
+      const item = this.items[i]!;
+      if (i > 0) out += ',';
+      out += `{"status":${item.status},"body":${item.body}${item.replayed ? ',"replayed":true}' : '}'}`;
+    }
+    out += ']}';
+    this.request.succeed(out);
+    this.request.committed();
+  }
+
+  /** The item through the checks the request alone would pass, in the same order, then its route. */
+  private dispatch(item: BatchItem): void {
+    const { router, deps } = this.context;
+    const spec = this.requests[item.index]!;
+    const target = router.resolve(spec.method, spec.path, BATCH_PATH);
+    if (target.route === null) return item.error(target.error, target.message);
+    const route = target.route;
+    item.routeName = route.name;
+    item.param = target.param;
+    const refusal = deps.gate.refusal();
+    if (refusal !== null) return item.error(ERRORS.serviceUnavailable, refusal.message);
+    // An empty key is no key, as an empty header is alone (uWS cannot tell the two apart).
+    let key: string | null = null;
+    const own = spec.idempotencyKey;
+    if (own !== undefined && own !== '') {
+      if (!validIdempotencyKey(own)) return item.error(ERRORS.idempotencyKey);
+      key = own;
+    } else if (this.batchKey !== null) {
+      // The batch's own key stands for a key per item (a space is never in a key a client
+      // sends, so no item's key can be one a client sends alone).
+      key = `${this.batchKey} ${item.index}`;
+    }
+    if (key !== null) item.idempotency = new IdempotencyClaim(this.request.workspace.name, spec.method, route.hasParam ? fillParam(route.pattern, target.param) : route.pattern, key);
+    let body: Record<string, unknown> | null = null;
+    if (route.limit === 'none') item.idempotency?.fingerprint(bodyFingerprint());
+    else {
+      const limitBytes = route.limit === 'mapping' ? deps.settings.mappingBodyLimitBytes : deps.settings.bodyLimitBytes;
+      if (this.bytes.sizes[item.index]! > limitBytes) return item.error(ERRORS.payloadTooLarge);
+      if (spec.body === undefined) return item.malformed('request body is empty');
+      if (!isObject(spec.body)) return item.malformed('request body must be a JSON object');
+      body = spec.body;
+      const prints = this.bytes.prints;
+      if (prints !== null) item.idempotency?.fingerprint([prints[2 * item.index]!, prints[2 * item.index + 1]!]);
+    }
+    try {
+      route.handle(item, body);
+    } catch (error) {
+      if (error instanceof BodyTooDeepError) return item.malformed(error.message);
+      item.crashed(error);
+    }
+  }
+}
+
+export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
+  const envelope = new BodyValidator(batchBody(deps.settings.batchMaxItems));
+  const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps };
+  // An item's bytes need measuring only when the whole body could be over some endpoint's limit.
+  const smallestLimitBytes = Math.min(deps.settings.bodyLimitBytes, deps.settings.mappingBodyLimitBytes);
+  const { rateLimits } = deps;
+  return {
+    name: 'batch',
+    method: 'post',
+    pattern: BATCH_PATH,
+    limit: 'batch',
+    hasParam: false,
+    doc: {
+      summary: 'Many writes in one request: each item is handled exactly as the same request alone, in order; one result per item',
+      body: envelope.schema,
+      result: BatchResults,
+    },
+    metrics: deps.metrics.route('batch'),
+    // The server hands every route its PendingRequest; the batch needs its raw body and key.
+    handle(request: PendingRequest, body: Record<string, unknown> | null): void {
+      const details = envelope.validate(body);
+      if (details !== null) return request.invalid(details);
+      const requests = (body as { requests: BatchItemSpec[] }).requests;
+      const n = requests.length;
+      // One token was taken before the body was read; a batch of n items takes n in all.
+      if (rateLimits.enabled && n > 1) {
+        const retryAfterSeconds = rateLimits.take(request.serviceKey, performance.now(), n - 1);
+        if (retryAfterSeconds > 0) {
+          rateLimits.refund(request.serviceKey, 1);
+          const message = n > rateLimits.burst ? `a batch of ${n} items needs ${n} rate-limit tokens, more than this key's burst of ${rateLimits.burst}: send at most ${rateLimits.burst} items per batch` : undefined;
+          return request.rateLimited(retryAfterSeconds, message);
+        }
+      }
+      const batchKey = request.idempotency?.key ?? null;
+      let keyed = batchKey !== null;
+      for (let i = 0; i < n && !keyed; i++) keyed = typeof requests[i]!.idempotencyKey === 'string';
+      const raw = request.rawBody!;
+      const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed);
+      new BatchRun(context, request, requests, bytes, batchKey).run();
+    },
+  };
+}

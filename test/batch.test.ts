@@ -1,0 +1,415 @@
+// POST /batch (CONTRACT.md §13, issue 20) over HTTP against the real server: order inside a
+// batch and its journal commits, per-item and whole-batch Idempotency-Keys (recognised across a
+// batch and the request alone), the limits (413, 422 envelope, 400, 415, 401, 429 needing n
+// tokens), cluster mode (a follower answers 503), and SIGKILL during a stream of batches.
+// test/batch-property.test.ts compares every kind of item with the same request sent alone.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
+import { exportLines, LAUNCH_INFO, startServer, T0, type TestServer } from './helpers/server.ts';
+import { clustersOfThisFile } from './helpers/cluster.ts';
+import { metric, until } from './helpers/wait.ts';
+
+interface Item {
+  method: 'POST' | 'DELETE' | string;
+  path: string;
+  body?: unknown;
+  idempotencyKey?: string;
+}
+interface Result {
+  status: number;
+  body: any;
+  replayed?: true;
+}
+
+/** The answer's body: `results` on a 200, an error body otherwise. */
+function sendBatch(server: TestServer, requests: Item[], headers: Record<string, string> = {}) {
+  return server.request<{ results: Result[]; type?: string; message?: string }>('/batch', { requests }, { headers });
+}
+
+async function results(server: TestServer, requests: Item[], headers: Record<string, string> = {}): Promise<Result[]> {
+  const res = await sendBatch(server, requests, headers);
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.body.results.length, requests.length);
+  return res.body.results;
+}
+
+/** Journal commits and records so far (the group-commit histogram's count and sum). */
+async function journal(server: TestServer): Promise<{ commits: number; records: number }> {
+  return {
+    commits: (await metric(server, 'intake_journal_batch_records_count')) ?? 0,
+    records: (await metric(server, 'intake_journal_batch_records_sum')) ?? 0,
+  };
+}
+
+const product = (id: string, extra: object = {}): Item => ({ method: 'POST', path: '/product', body: { id, name: `name ${id}`, ...extra } });
+const launchItem = (): Item => ({ method: 'POST', path: '/mcrs_appl_v1', body: { timestamp: T0, info: LAUNCH_INFO } });
+const statuses = (list: Result[]) => list.map((r) => r.status);
+
+describe('POST /batch', () => {
+  let server: TestServer;
+  before(async () => {
+    // Small mapping bodies go to a worker when sent alone: a batched item must answer the same.
+    server = await startServer({ env: { MAPPING_WORKER_THRESHOLD_BYTES: '16' } });
+  });
+  after(async () => {
+    await server.kill();
+  });
+
+  test('items run in order, each seeing the ones before it; a failed item changes nothing and later items go on; one journal commit', async () => {
+    const before = await journal(server);
+    const list = await results(server, [
+      product('o1'),
+      { method: 'POST', path: '/collection', body: { id: 'oc', name: 'C' } },
+      { method: 'POST', path: '/collection/oc/products/add', body: { products: ['o1', 'o2'] } },
+      product('o2'),
+      { method: 'POST', path: '/collection/oc/products/add', body: { products: ['o1', 'o2'] } },
+      { method: 'DELETE', path: '/product/o1' },
+      { method: 'POST', path: '/collection/oc/products/remove', body: { products: ['o1', 'zz'] } },
+    ]);
+    assert.deepEqual(statuses(list), [200, 200, 422, 200, 200, 200, 200]);
+    assert.deepEqual(list[2]!.body.details.map((d: any) => [d.type, d.path]), [['product.notFound', ['products', '1']]]);
+    assert.deepEqual(list[0]!.body, { success: true });
+    const after = await journal(server);
+    assert.equal(after.records - before.records, 6, 'one record per accepted item, none for the refused one');
+    assert.equal(after.commits - before.commits, 1, 'the batch went into one journal commit');
+    const collections = exportLines(server.dataDir, 'collections').filter((c) => c.id === 'oc');
+    assert.deepEqual(collections.map((c) => c.products), [['o2']]);
+    const events = exportLines(server.dataDir, 'events').slice(-6);
+    assert.deepEqual(events.map((e) => e.kind), ['product_upsert', 'collection_upsert', 'product_upsert', 'collection_products_add', 'product_delete', 'collection_products_remove'], 'records in item order');
+  });
+
+  test('1,000 items of several kinds: one journal commit, answered once durable', async () => {
+    const launched = await results(server, [launchItem()]);
+    const did = launched[0]!.body.did as string;
+    const items: Item[] = [];
+    for (let i = 0; i < 1000; i++) items.push(i % 2 === 0 ? product(`k${i}`, { price: i }) : { method: 'POST', path: '/msv_cevt', body: { did, name: `ev${i}`, timestamp: T0 } });
+    const before = await journal(server);
+    const list = await results(server, items);
+    assert.ok(list.every((r) => r.status === 200 && r.body.success === true));
+    const after = await journal(server);
+    assert.equal(after.records - before.records, 1000);
+    assert.equal(after.commits - before.commits, 1);
+    assert.equal(await metric(server, 'intake_batch_items_total', { route: 'track_event', status: '200' }), 500);
+    assert.ok(((await metric(server, 'intake_batch_items_total', { route: 'product_upsert', status: '200' })) ?? 0) >= 500);
+  });
+
+  test('a big mapping item (applied in slices) in the middle: later items wait for it and see it', async () => {
+    const ids = Array.from({ length: 5000 }, (_, i) => `big${i}`);
+    for (let from = 0; from < ids.length; from += 1000) await results(server, ids.slice(from, from + 1000).map((id) => product(id)));
+    const list = await results(server, [
+      { method: 'POST', path: '/collection', body: { id: 'bigc', name: 'C' } },
+      { method: 'POST', path: '/collection/bigc/products/add', body: { products: ids } },
+      { method: 'DELETE', path: '/product/big7' },
+      { method: 'POST', path: '/collection/bigc/products/add', body: { products: [...ids, 'missing'] } },
+    ]);
+    assert.deepEqual(statuses(list), [200, 200, 200, 422]);
+    assert.deepEqual(list[3]!.body.details.map((d: any) => d.context.value), ['big7', 'missing']);
+    const members = exportLines(server.dataDir, 'collections').find((c) => c.id === 'bigc').products;
+    assert.equal(members.length, 4999);
+    assert.equal(members.includes('big7'), false);
+  });
+
+  test('per-item Idempotency-Key: a batch retry replays; the request alone is recognised, and the other way round', async () => {
+    const before = await journal(server);
+    const item: Item = { ...product('ik1'), idempotencyKey: 'item-key-1' };
+    const first = await results(server, [item]);
+    assert.deepEqual(first, [{ status: 200, body: { success: true } }]);
+    const again = await results(server, [item, { ...item }]);
+    assert.deepEqual(again, [{ status: 200, body: { success: true }, replayed: true }, { status: 200, body: { success: true }, replayed: true }]);
+    // The same write alone, retried after the batch: recognised.
+    const alone = await server.request('/product', item.body, { headers: { 'idempotency-key': 'item-key-1' } });
+    assert.equal(alone.status, 200);
+    assert.equal(alone.headers.get('idempotent-replayed'), 'true');
+    const other = await server.request('/product', { id: 'ik1', name: 'other' }, { headers: { 'idempotency-key': 'item-key-1' } });
+    assert.equal(other.status, 422);
+    assert.equal(other.body.details[0].type, 'idempotency.reused');
+    // Alone first, then in a batch: recognised (a DELETE and a launch too, whose replay is its first answer).
+    assert.equal((await server.request('/product', { id: 'ik2', name: 'x' }, { headers: { 'idempotency-key': 'item-key-2' } })).status, 200);
+    assert.equal((await server.request('/product/ik2', undefined, { method: 'DELETE', headers: { 'idempotency-key': 'item-key-3' } })).status, 200);
+    const launched = await server.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'item-key-4' } });
+    const mixed = await results(server, [
+      { method: 'POST', path: '/product', body: { id: 'ik2', name: 'x' }, idempotencyKey: 'item-key-2' },
+      { method: 'DELETE', path: '/product/ik2', idempotencyKey: 'item-key-3' },
+      { ...launchItem(), idempotencyKey: 'item-key-4' },
+      { method: 'POST', path: '/product', body: { id: 'ik2', name: 'changed' }, idempotencyKey: 'item-key-2' },
+      // Same key, another path: another scope, a new write.
+      { method: 'DELETE', path: '/product/ik1', idempotencyKey: 'item-key-3' },
+    ]);
+    assert.deepEqual(mixed.slice(0, 3), [
+      { status: 200, body: { success: true }, replayed: true },
+      { status: 200, body: { success: true }, replayed: true },
+      { status: 200, body: launched.body, replayed: true },
+    ]);
+    assert.equal(mixed[3]!.status, 422);
+    assert.deepEqual(mixed[3]!.body.details, [{ message: '"Idempotency-Key" was used for a different request', path: ['headers', 'idempotency-key'], type: 'idempotency.reused', context: { key: 'idempotency-key', label: 'idempotency-key', value: 'item-key-2' } }]);
+    assert.deepEqual(mixed[4], { status: 200, body: { success: true } });
+    const after = await journal(server);
+    assert.equal(after.records - before.records, 5, 'ik1 and ik2 upserts, the delete, the launch, the ik1 delete: nothing replayed was journaled');
+  });
+
+  test('per-item key: the item is fingerprinted by its own bytes, so a client that does not write compact JSON is recognised too', async () => {
+    const bodyText = '{ "id" : "sp1",\n  "name": "caf\\u00e9 \u00e9" }';
+    const alone = await server.request('/product', undefined, { raw: bodyText, headers: { 'content-type': 'application/json', 'idempotency-key': 'spaced-1' } });
+    assert.equal(alone.status, 200);
+    const raw = `{"requests":[ {"method":"POST","path":"/product","idempotencyKey":"spaced-1","body":${bodyText}} ,{"body":${bodyText.replace('sp1', 'sp2')},"path":"/product","method":"POST","idempotencyKey":"spaced-2"}]}`;
+    const res = await server.request<{ results: Result[] }>('/batch', undefined, { raw, headers: { 'content-type': 'application/json' } });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(res.body.results, [{ status: 200, body: { success: true }, replayed: true }, { status: 200, body: { success: true } }]);
+    const again = await server.request('/product', undefined, { raw: bodyText.replace('sp1', 'sp2'), headers: { 'content-type': 'application/json', 'idempotency-key': 'spaced-2' } });
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  });
+
+  test('whole-batch Idempotency-Key: a retry gets the same results and changes nothing; another batch under the key is told apart per item', async () => {
+    const requests: Item[] = [product('wb1'), launchItem(), { method: 'POST', path: '/product', body: { id: 'wb-new' } }, { method: 'POST', path: '/msv_cevt', body: { did: 'unknown-did', name: 'e', timestamp: T0 } }, { method: 'POST', path: '/nope', body: {} }];
+    const key = { 'idempotency-key': 'whole-batch-1' };
+    const before = await journal(server);
+    const first = await results(server, requests, key);
+    assert.deepEqual(statuses(first), [200, 200, 422, 422, 404]);
+    const retry = await results(server, requests, key);
+    assert.deepEqual(
+      retry,
+      first.map((r) => (r.status === 200 ? { ...r, replayed: true } : r)),
+      'the same statuses and bodies (the launch: the same did and sid), 200s marked replayed',
+    );
+    assert.deepEqual((await journal(server)).records - before.records, 2, 'the retry journaled nothing');
+    const changed = await results(server, [product('wb1', { price: 3 }), ...requests.slice(1)], key);
+    assert.equal(changed[0]!.status, 422);
+    assert.equal(changed[0]!.body.details[0].type, 'idempotency.reused');
+    assert.deepEqual(changed.slice(1), retry.slice(1));
+    // Without the key the same batch is a new one: a second device.
+    const unkeyed = await results(server, requests);
+    assert.notEqual(unkeyed[1]!.body.did, first[1]!.body.did);
+  });
+
+  test('an item is answered as alone for a bad method, path, key or body, and does not stop the batch', async () => {
+    const list = await results(server, [
+      { method: 'POST', path: '/product/x', body: {} },
+      { method: 'DELETE', path: '/product' },
+      { method: 'POST', path: '/healthz', body: {} },
+      { method: 'DELETE', path: '/batch' },
+      { method: 'POST', path: '/batch', body: { requests: [product('nested')] } },
+      { method: 'DELETE', path: '/product/%zz' },
+      { method: 'DELETE', path: '/product/' },
+      { method: 'POST', path: '/product', body: { id: 'bk' }, idempotencyKey: 'has space' },
+      { method: 'POST', path: '/product' },
+      { method: 'POST', path: '/product', body: [1] },
+      { method: 'POST', path: '/product', body: 'text' },
+      { method: 'DELETE', path: `/product/${'x'.repeat(51)}` },
+      { method: 'POST', path: '/product?x=1', body: { id: 'q1', name: 'q' } },
+    ]);
+    assert.deepEqual(statuses(list), [405, 405, 405, 405, 404, 404, 404, 400, 400, 400, 400, 422, 200]);
+    assert.deepEqual(list[4]!.body, { type: 'NotFoundError', message: 'a batch item cannot be a batch' });
+    assert.deepEqual(list[7]!.body.type, 'IdempotencyKeyError');
+    assert.deepEqual(list[8]!.body, { type: 'MalformedJsonError', message: 'request body is empty' });
+    assert.deepEqual(list[9]!.body, { type: 'MalformedJsonError', message: 'request body must be a JSON object' });
+    assert.deepEqual(list[11]!.body.details.map((d: any) => [d.type, d.path]), [['string.max', ['id']]]);
+    assert.equal(exportLines(server.dataDir, 'products').some((p) => p.id === 'nested'), false);
+  });
+
+  test('/openapi.json documents POST /batch with its envelope and results', async () => {
+    const doc = (await server.request('/openapi.json', undefined, { key: null })).body;
+    const operation = doc.paths['/batch'].post;
+    const envelope = operation.requestBody.content['application/json'].schema;
+    assert.equal(envelope.properties.requests.maxItems, 1000);
+    assert.deepEqual(envelope.properties.requests.items.properties.method.enum, ['POST', 'DELETE']);
+    assert.ok(operation.responses['200'].content['application/json'].schema.properties.results);
+    for (const status of ['400', '401', '413', '415', '422', '429', '503']) assert.ok(operation.responses[status], status);
+  });
+});
+
+describe('POST /batch limits', () => {
+  let server: TestServer;
+  const BATCH_LIMIT = 65_536;
+  before(async () => {
+    server = await startServer({ env: { BATCH_BODY_LIMIT_BYTES: String(BATCH_LIMIT), BATCH_MAX_ITEMS: '5', BODY_LIMIT_BYTES: '4096' } });
+  });
+  after(async () => {
+    await server.kill();
+  });
+
+  /** A batch body of exactly `bytes` bytes: one product item, padded with spaces. */
+  function batchOfBytes(bytes: number): string {
+    const text = JSON.stringify({ requests: [product('size1')] });
+    return text + ' '.repeat(bytes - text.length);
+  }
+
+  test('413 over BATCH_BODY_LIMIT_BYTES, on the wire or inflated; exactly the limit is accepted; gzip works', async () => {
+    const json = { 'content-type': 'application/json' };
+    const exact = await server.request('/batch', undefined, { raw: batchOfBytes(BATCH_LIMIT), headers: json });
+    assert.equal(exact.status, 200, exact.text);
+    const over = await server.request('/batch', undefined, { raw: batchOfBytes(BATCH_LIMIT + 1), headers: json });
+    assert.equal(over.status, 413);
+    assert.equal(over.body.type, 'PayloadTooLargeError');
+    const inflatesOver = gzipSync(batchOfBytes(BATCH_LIMIT + 1));
+    assert.ok(inflatesOver.length < 4096);
+    const gzipOver = await server.request('/batch', undefined, { raw: inflatesOver, headers: { ...json, 'content-encoding': 'gzip' } });
+    assert.equal(gzipOver.status, 413);
+    const gzipOk = await server.request<{ results: Result[] }>('/batch', undefined, { raw: gzipSync(JSON.stringify({ requests: [product('gz1'), product('gz2')] })), headers: { ...json, 'content-encoding': 'gzip' } });
+    assert.equal(gzipOk.status, 200, gzipOk.text);
+    assert.deepEqual(statuses(gzipOk.body.results), [200, 200]);
+  });
+
+  test('an item over its own endpoint\'s limit (BODY_LIMIT_BYTES) is that item\'s 413; the others go on', async () => {
+    const list = await results(server, [product('big', { description: 'x'.repeat(2000), pad: 'y'.repeat(3000) }), product('small'), product('almost', { zz: 'y'.repeat(3000) })]);
+    assert.deepEqual(statuses(list), [413, 200, 422]);
+    assert.deepEqual(list[0]!.body, { type: 'PayloadTooLargeError', message: 'request body is larger than the limit of this endpoint' });
+  });
+
+  test('422 for an envelope that is not {"requests": [1 to BATCH_MAX_ITEMS objects]} with a method and path; nothing applied', async () => {
+    const before = await journal(server);
+    const cases: Array<[unknown, Array<[string, string[]]>]> = [
+      [{ requests: [] }, [['array.min', ['requests']]]],
+      [{ requests: Array.from({ length: 6 }, (_, i) => product(`six${i}`)) }, [['array.max', ['requests']]]],
+      [{}, [['any.required', ['requests']]]],
+      [{ requests: {} }, [['array.base', ['requests']]]],
+      [{ requests: [product('e1')], extra: 1 }, [['object.allowUnknown', ['extra']]]],
+      [{ requests: [product('e2'), 7] }, [['object.base', ['requests', '1']]]],
+      [{ requests: [product('e3'), { method: 'GET', path: '/product', body: {} }] }, [['any.allowOnly', ['requests', '1', 'method']]]],
+      [{ requests: [{ method: 'POST', path: 5, body: {} }] }, [['string.base', ['requests', '0', 'path']]]],
+      [{ requests: [{ method: 'POST', path: 'product', body: {} }] }, [['string.regex.base', ['requests', '0', 'path']]]],
+      [{ requests: [{ method: 'POST', path: '', body: {} }] }, [['any.empty', ['requests', '0', 'path']]]],
+      [{ requests: [{ path: '/product', body: {} }] }, [['any.required', ['requests', '0', 'method']]]],
+      [{ requests: [{ method: 'POST', path: '/product', body: {}, idempotencyKey: 5 }] }, [['string.base', ['requests', '0', 'idempotencyKey']]]],
+      [{ requests: [{ method: 'POST', path: '/product', body: {}, headers: {} }] }, [['object.allowUnknown', ['requests', '0', 'headers']]]],
+    ];
+    for (const [body, expected] of cases) {
+      const res = await server.request('/batch', body);
+      assert.equal(res.status, 422, `${JSON.stringify(body).slice(0, 80)}: ${res.text}`);
+      assert.equal(res.body.type, 'ValidationError');
+      assert.deepEqual(res.body.details.map((d: any) => [d.type, d.path]), expected, JSON.stringify(body).slice(0, 80));
+    }
+    assert.deepEqual(await journal(server), before, 'nothing was applied');
+  });
+
+  test('400 for a body that is not JSON or not an object; 415, 401, 405 and a bad batch Idempotency-Key as for any write', async () => {
+    const json = { 'content-type': 'application/json' };
+    for (const raw of ['', '{"requests":', '[]', '"x"', 'null']) {
+      const res = await server.request('/batch', undefined, { raw, headers: json });
+      assert.equal(res.status, 400, raw);
+      assert.equal(res.body.type, 'MalformedJsonError');
+    }
+    assert.equal((await server.request('/batch', undefined, { raw: '{"requests":[]}', headers: { 'content-type': 'text/xml' } })).status, 415);
+    assert.equal((await server.request('/batch', undefined, { raw: '{}', headers: { ...json, 'content-encoding': 'br' } })).status, 415);
+    assert.equal((await server.request('/batch', { requests: [product('k')] }, { key: null })).status, 401);
+    assert.equal((await server.request('/batch', { requests: [product('k')] }, { key: 'wrong' })).status, 401);
+    const get = await server.request('/batch', undefined, { method: 'GET' });
+    assert.equal(get.status, 405);
+    assert.equal(get.headers.get('allow'), 'POST');
+    const badKey = await server.request('/batch', { requests: [product('k')] }, { headers: { 'idempotency-key': 'a b' } });
+    assert.equal(badKey.status, 400);
+    assert.equal(badKey.body.type, 'IdempotencyKeyError');
+  });
+});
+
+describe('POST /batch and the rate limit', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { RATE_LIMIT_PER_SECOND: '1', RATE_LIMIT_BURST: '10' } });
+  });
+  after(async () => {
+    await server.kill();
+  });
+
+  test('a batch of n items needs n tokens; a refused batch takes none and applies nothing', async () => {
+    const items = (n: number, tag: string) => Array.from({ length: n }, (_, i) => product(`${tag}${i}`));
+    const tooBig = await sendBatch(server, items(11, 'big'));
+    assert.equal(tooBig.status, 429);
+    assert.match(tooBig.body.message ?? '', /needs 11 rate-limit tokens, more than this key's burst of 10/);
+    assert.ok(Number(tooBig.headers.get('retry-after')) >= 1);
+    const ten = await sendBatch(server, items(10, 'ten'));
+    assert.equal(ten.status, 200, 'ten tokens: the whole burst (the refused batch took none)');
+    const two = await sendBatch(server, items(2, 'two'));
+    assert.equal(two.status, 429, 'the bucket is (about) empty: a batch of two needs two tokens');
+    assert.equal(two.body.type, 'RateLimitError');
+    const products = exportLines(server.dataDir, 'products').map((p) => p.id);
+    assert.equal(products.length, 10);
+    assert.ok(products.every((id) => id.startsWith('ten')));
+  });
+});
+
+describe('POST /batch in cluster mode', () => {
+  const cluster = clustersOfThisFile();
+  test('the leader takes a batch; a follower answers 503 with Retry-After and changes nothing, then applies the leader\'s batch', async () => {
+    const c = cluster();
+    const a = await c.add();
+    assert.equal(await c.leader(), a);
+    const b = await c.add();
+    const refused = await sendBatch(b, [product('f1')]);
+    assert.equal(refused.status, 503);
+    assert.equal(refused.body.type, 'ServiceUnavailableError');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    const list = await results(a, [product('l1'), { method: 'POST', path: '/collection', body: { id: 'lc', name: 'C' } }, { method: 'POST', path: '/collection/lc/products/add', body: { products: ['l1'] } }]);
+    assert.deepEqual(statuses(list), [200, 200, 200]);
+    const applied = (await a.status()).appliedSeq;
+    await until('the follower to apply the batch', async () => (await b.status()).appliedSeq === applied);
+    assert.deepEqual(exportLines(b.dataDir, 'collections'), exportLines(a.dataDir, 'collections'));
+    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['l1']);
+  });
+});
+
+describe('POST /batch and SIGKILL', () => {
+  test('during streams of batches, three kills: every item answered 200 is journaled; an unanswered batch is there whole or not at all, in item order', async (t) => {
+    const dataDir = (await import('./helpers/server.ts')).tempDataDir();
+    const answered: string[][] = [];
+    const unanswered: string[][] = [];
+    /** A batch of a product, a collection, their mapping and 200 events; each item's token finds its record. */
+    const batchOf = (did: string, tag: string): { items: Item[]; tokens: string[] } => {
+      const items: Item[] = [product(`p${tag}`), { method: 'POST', path: '/collection', body: { id: `c${tag}`, name: 'C' } }, { method: 'POST', path: `/collection/c${tag}/products/add`, body: { products: [`p${tag}`] } }];
+      const tokens = [`product_upsert:p${tag}`, `collection_upsert:c${tag}`, `collection_products_add:c${tag}`];
+      for (let i = 0; i < 200; i++) {
+        items.push({ method: 'POST', path: '/msv_cevt', body: { did, name: `e${tag}-${i}`, timestamp: T0 } });
+        tokens.push(`event:e${tag}-${i}`);
+      }
+      return { items, tokens };
+    };
+    for (let round = 0; round < 3; round++) {
+      const server = await startServer({ dataDir, env: { SNAPSHOT_INTERVAL_MS: '150', SNAPSHOT_SLICE_ENTITIES: '50' } });
+      const did = (await results(server, [launchItem()]))[0]!.body.did as string;
+      let stopped = false;
+      const loops = Array.from({ length: 4 }, async (_, loop) => {
+        for (let n = 0; !stopped; n++) {
+          const { items, tokens } = batchOf(did, `${round}-${loop}-${n}`);
+          try {
+            const res = await sendBatch(server, items);
+            if (res.status === 200 && res.body.results.every((r) => r.status === 200)) answered.push(tokens);
+            else throw new Error(`unexpected answer ${res.status}`);
+          } catch {
+            unanswered.push(tokens);
+            return;
+          }
+        }
+      });
+      await new Promise((resolve) => setTimeout(resolve, 700 + round * 200));
+      await server.kill();
+      stopped = true;
+      await Promise.all(loops);
+    }
+    assert.ok(answered.length > 10, `enough batches were answered (${answered.length})`);
+
+    const restarted = await startServer({ dataDir });
+    try {
+      const records = exportLines(dataDir, 'events');
+      const seqOf = new Map<string, number>();
+      for (const r of records) seqOf.set(`${r.kind}:${r.kind === 'event' ? r.data.name : r.data.id}`, r.seq);
+      for (const tokens of answered) {
+        const missing = tokens.filter((token) => !seqOf.has(token));
+        assert.deepEqual(missing, [], 'every item of an answered batch is journaled');
+      }
+      let partial = 0;
+      let whole = 0;
+      for (const tokens of [...answered, ...unanswered]) {
+        const seqs = tokens.map((token) => seqOf.get(token)).filter((seq): seq is number => seq !== undefined);
+        if (seqs.length > 0 && seqs.length < tokens.length) partial++;
+        if (seqs.length === tokens.length) whole++;
+        assert.deepEqual(seqs, [...seqs].sort((x, y) => x - y), 'items are journaled in item order');
+      }
+      assert.equal(partial, 0, 'no batch is half there');
+      assert.equal(unanswered.length, 12, 'each kill cut off the four batches in flight');
+      assert.deepEqual(records.map((r) => r.seq), records.map((_, i) => i + 1), 'no hole in the journal');
+      t.diagnostic(`answered ${answered.length} batches, cut off ${unanswered.length}, of which journaled whole ${whole - answered.length}`);
+    } finally {
+      await restarted.stop();
+    }
+  });
+});
