@@ -1,0 +1,143 @@
+// POST /batch against single requests (issue 20): 100,000 product upserts sent (1) as single
+// requests from 64 keep-alive connections (autocannon), (2) as batches of 1,000 through
+// intake/client, each phase on a fresh server, with a light steady track-event load beside both.
+// Reports wall time, items/s, server CPU per item (utime + stime of all threads, /proc), and the
+// track events' p50/p99. Targets: batches >= 5x the single-request rate, CPU per item <= 0.3x.
+//   npm run bench:batch -- [items=100000] [connections=64] [batchItems=1000] [trackPerSec=200] [concurrentBatches=4]
+import { writeFileSync, mkdirSync } from 'node:fs';
+import autocannon from 'autocannon';
+import { createClient } from '../src/client/index.ts';
+import { LAUNCH_BODY } from './lib/bodies.ts';
+import { cpuSeconds } from './lib/cpu.ts';
+import { startPacedTrack, type PacedResult } from './lib/paced-track.ts';
+import { runBench } from './lib/report.ts';
+import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
+
+const items = Number(process.argv[2] ?? 100_000);
+const connections = Number(process.argv[3] ?? 64);
+const batchItems = Number(process.argv[4] ?? 1_000);
+const trackPerSec = Number(process.argv[5] ?? 200);
+const concurrentBatches = Number(process.argv[6] ?? 4);
+const WARM_UP_ITEMS = 5_000;
+const RESULTS_DATE = '2026-11-24';
+
+const product = (prefix: string, i: number) => ({
+  id: `${prefix}-${i}`,
+  name: `Product ${i}`,
+  description: 'A plain cotton shirt, machine washable.',
+  url: `https://shop.example/p/${i}`,
+  image: `https://cdn.example/p/${i}.jpg`,
+  price: 19.99 + (i % 100),
+  vendor: 'Acme',
+  status: 'inStock' as const,
+});
+
+interface Phase {
+  name: string;
+  wallSec: number;
+  perSec: number;
+  cpuUsPerItem: number;
+  track: PacedResult;
+  non200: number;
+}
+
+async function launchDid(server: RunningServer): Promise<string> {
+  const res = await fetch(`${server.url}/mcrs_appl_v1`, { method: 'POST', headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, body: LAUNCH_BODY });
+  return ((await res.json()) as { did: string }).did;
+}
+
+/** `amount` product upserts, one request each, from `connections` connections. */
+function singles(server: RunningServer, prefix: string, amount: number): Promise<number> {
+  let i = 0;
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url: server.url,
+        connections,
+        amount,
+        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
+        requests: [{ method: 'POST', path: '/product', setupRequest: (req) => ({ ...req, body: JSON.stringify(product(prefix, i++)) }) }],
+      },
+      (error, r) => (error ? reject(error) : resolve(r.non2xx + r.errors)),
+    );
+    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
+  });
+}
+
+/** `amount` product upserts through intake/client in batches of `batchItems` (client defaults otherwise: gzip above 16 KiB). */
+async function batches(server: RunningServer, prefix: string, amount: number, gzipThresholdBytes?: number): Promise<number> {
+  const client = createClient({
+    gzipThresholdBytes,
+    url: server.url,
+    serviceKey: BENCH_KEY,
+    maxBatchItems: batchItems,
+    maxBatchBytes: 3 * 1024 * 1024,
+    maxConcurrentBatches: concurrentBatches,
+    maxQueueItems: amount + 1,
+    maxQueueBytes: 1024 * 1024 * 1024,
+  });
+  let failed = 0;
+  const writes: Array<Promise<unknown>> = [];
+  for (let i = 0; i < amount; i++) {
+    writes.push(client.upsertProduct(product(prefix, i)).catch(() => failed++));
+    // A producer that yields as it goes (as a catalog sync reading its source does): the first
+    // batches leave while the rest is made, instead of after all 100,000 writes are queued.
+    if (i % batchItems === batchItems - 1) await new Promise((resolve) => setImmediate(resolve));
+  }
+  await client.close();
+  await Promise.all(writes);
+  return failed;
+}
+
+async function phase(name: string, send: (server: RunningServer, prefix: string, amount: number) => Promise<number>): Promise<Phase> {
+  const server = await startIntake({ SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' });
+  try {
+    await send(server, 'warm', WARM_UP_ITEMS);
+    const did = await launchDid(server);
+    const track = startPacedTrack(server.url, BENCH_KEY, did, trackPerSec);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const pid = server.child.pid!;
+    const cpuBefore = cpuSeconds(pid);
+    const started = performance.now();
+    const non200 = await send(server, 'p', items);
+    const wallSec = (performance.now() - started) / 1000;
+    const cpu = cpuSeconds(pid) - cpuBefore;
+    const trackResult = await track.stop();
+    process.stderr.write(`${name}: ${wallSec.toFixed(2)} s, cpu ${cpu.toFixed(2)} s, track ${JSON.stringify(trackResult)}\n`);
+    return { name, wallSec, perSec: items / wallSec, cpuUsPerItem: (cpu * 1e6) / items, track: trackResult, non200 };
+  } finally {
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const single = await phase(`${items.toLocaleString('en-US')} single requests, ${connections} connections`, singles);
+  const batched = await phase(`batches of ${batchItems.toLocaleString('en-US')} via intake/client (${concurrentBatches} in flight, gzip'd)`, (server, prefix, amount) => batches(server, prefix, amount));
+  // On loopback gzip only costs: the same without it shows what inflating adds to the server's CPU.
+  const plain = await phase(`the same, not gzip'd (gzipThresholdBytes: Infinity)`, (server, prefix, amount) => batches(server, prefix, amount, Infinity));
+  const rate = batched.perSec / single.perSec;
+  const cpu = batched.cpuUsPerItem / single.cpuUsPerItem;
+  const row = (p: Phase) =>
+    `| ${p.name} | ${p.wallSec.toFixed(2)} | ${Math.round(p.perSec).toLocaleString('en-US')} | ${p.cpuUsPerItem.toFixed(1)} | ${p.track.p50} / ${p.track.p99} / ${p.track.max} (${p.track.sent}, non-200 ${p.track.non200 + p.track.errors}) | ${p.non200} |`;
+  const text = [
+    `# bench:batch ${new Date().toISOString()}`,
+    '',
+    `Machine: ${(await import('node:os')).cpus().length} × ${(await import('node:os')).cpus()[0]?.model ?? '?'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench:batch -- ${items} ${connections} ${batchItems} ${trackPerSec} ${concurrentBatches}\`.`,
+    `${items.toLocaleString('en-US')} product upserts (new ids, ~250-byte bodies) on a fresh server per phase, after ${WARM_UP_ITEMS.toLocaleString('en-US')} warm-up upserts sent the same way. Server CPU: utime + stime of the server process (all threads) over the phase ÷ items; it includes the track events (${trackPerSec}/s from a separate process, timed send to answer).`,
+    '',
+    '| phase | wall s | items/s | server CPU µs / item | track events p50 / p99 / max ms (sent) | failed items |',
+    '|---|---|---|---|---|---|',
+    row(single),
+    row(batched),
+    row(plain),
+    '',
+    `Batches / singles: **${rate.toFixed(1)}×** the rate (target ≥ 5: ${rate >= 5 ? 'met' : '**missed**'}), **${cpu.toFixed(2)}×** the server CPU per item (target ≤ 0.3: ${cpu <= 0.3 ? 'met' : '**missed**'}).`,
+    `Not gzip'd: **${(plain.perSec / single.perSec).toFixed(1)}×** the rate, **${(plain.cpuUsPerItem / single.cpuUsPerItem).toFixed(2)}×** the CPU per item.`,
+    '',
+  ].join('\n');
+  process.stdout.write(text);
+  mkdirSync(`${ROOT}bench/results`, { recursive: true });
+  writeFileSync(`${ROOT}bench/results/${RESULTS_DATE}-batch.md`, text);
+}
+
+runBench(main);

@@ -1,0 +1,202 @@
+// npm run import -- products|collections|memberships <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>]
+// Syncs a catalog from NDJSON (one write per line) through intake/client, i.e. POST /batch.
+// Progress on stderr; a summary at the end; exit 1 if any line failed, with the failed lines in
+// <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
+// line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
+import { createReadStream, createWriteStream, realpathSync, type WriteStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { createClient, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
+import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
+import { Progress } from './import-progress.ts';
+
+const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>]
+  products      each line a product as POST /product takes it: {"id":"p1","name":"Shirt","price":20}
+  collections   each line a collection as POST /collection takes it: {"id":"c1","name":"Summer"}
+  memberships   each line {"collection":"c1","products":["p1","p2"]} (or "product":"p1"),
+                optionally "action":"remove" (default "add")
+  --url <url>   the server (default INTAKE_URL, else http://127.0.0.1:8080)
+  --key <key>   the workspace's service key (default INTAKE_SERVICE_KEY)
+  --idempotency-salt <text>  send every line as a new write (default: a line imported before
+                within the server's IDEMPOTENCY_WINDOW_SECONDS is recognised, not applied again)
+  Failed lines go to <file>.failed.ndjson with the reason; exit status 1 if any line failed.
+`;
+
+class UsageError extends Error {}
+
+/** Lines sent and not yet answered, at most: bounds memory, and stays under the client's queue limit. */
+const MAX_LINES_IN_FLIGHT = 5_000;
+const BATCH_ITEMS = 1_000;
+
+interface Args {
+  kind: ImportKind;
+  file: string;
+  url: string;
+  key: string;
+  salt: string;
+}
+
+function parseArgs(argv: readonly string[]): Args {
+  const positional: string[] = [];
+  let url = process.env.INTAKE_URL || 'http://127.0.0.1:8080';
+  let key = process.env.INTAKE_SERVICE_KEY ?? '';
+  let salt = '';
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const [flag, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const value = (): string => {
+      const v = inline ?? argv[++i];
+      if (v === undefined) throw new UsageError(`${flag} needs a value`);
+      return v;
+    };
+    if (flag === '--url') url = value();
+    else if (flag === '--key') key = value();
+    else if (flag === '--idempotency-salt') salt = value();
+    else if (flag === '--help' || flag === '-h') throw new UsageError('');
+    else if (flag.startsWith('--')) throw new UsageError(`unknown option ${flag}`);
+    else positional.push(arg);
+  }
+  const [kind, file, ...extra] = positional;
+  if (kind === undefined || file === undefined) throw new UsageError('give a kind and a file');
+  if (!(IMPORT_KINDS as readonly string[]).includes(kind)) throw new UsageError(`unknown kind ${kind}`);
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${extra[0]}`);
+  if (key === '') throw new UsageError('no service key: give --key or set INTAKE_SERVICE_KEY');
+  return { kind: kind as ImportKind, file, url, key, salt };
+}
+
+/** Lines in the file (for the ETA), counted without holding it in memory. */
+async function countLines(file: string): Promise<number> {
+  let lines = 0;
+  let last = 10;
+  for await (const chunk of createReadStream(file) as AsyncIterable<Buffer>) {
+    for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, i + 1)) lines++;
+    if (chunk.length > 0) last = chunk[chunk.length - 1]!;
+  }
+  return last === 10 ? lines : lines + 1;
+}
+
+/** The failed-lines file, opened (and truncated) at the first failure of this run. */
+class FailedLines {
+  private out: WriteStream | null = null;
+  count = 0;
+  constructor(readonly path: string) {}
+
+  write(lineNumber: number, line: string, error: unknown): void {
+    this.out ??= createWriteStream(this.path);
+    this.count++;
+    let item: unknown = line;
+    try {
+      item = JSON.parse(line);
+    } catch {
+      // kept as the raw text
+    }
+    const entry: Record<string, unknown> = { line: lineNumber, status: null, error: error instanceof Error ? error.message : String(error) };
+    if (error instanceof IntakeError && 'status' in error) entry.status = (error as { status: number }).status;
+    if (error instanceof IntakeValidationError) entry.details = error.details;
+    if (error instanceof IntakeUnavailableError) {
+      entry.status = error.lastStatus;
+      entry.mayHaveBeenApplied = true;
+    }
+    entry.item = item;
+    this.out.write(`${JSON.stringify(entry)}\n`);
+  }
+
+  close(): Promise<void> {
+    const out = this.out;
+    return out === null ? Promise.resolve() : new Promise((resolve) => out.end(resolve));
+  }
+}
+
+async function run(args: Args): Promise<number> {
+  const fileIdentity = realpathSync(args.file);
+  const totalLines = await countLines(args.file);
+  const failed = new FailedLines(`${args.file}.failed.ndjson`);
+  const client: IntakeClient = createClient({
+    url: args.url,
+    serviceKey: args.key,
+    maxBatchItems: BATCH_ITEMS,
+    // One batch at a time: lines are applied in file order (a product's later line wins; a
+    // mapping after the products it names, when both are in one file).
+    maxConcurrentBatches: 1,
+    maxQueueItems: MAX_LINES_IN_FLIGHT * 2,
+  });
+  let done = 0;
+  let ok = 0;
+  let inFlight = 0;
+  let wake: (() => void) | null = null;
+  let interrupted = false;
+  const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
+
+  const onSigint = (): void => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    progress.finish(`interrupted: finishing the ${inFlight} line(s) already sent (Ctrl-C again to quit now; a re-run is safe either way)`);
+  };
+  process.on('SIGINT', onSigint);
+  process.on('SIGTERM', onSigint);
+
+  const settle = (lineNumber: number, line: string, error: unknown): void => {
+    done++;
+    inFlight--;
+    if (error === null) ok++;
+    else failed.write(lineNumber, line, error);
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+
+  let lineNumber = 0;
+  const lines = createInterface({ input: createReadStream(args.file, 'utf8'), crlfDelay: Infinity });
+  for await (const line of lines) {
+    lineNumber++;
+    if (interrupted) break;
+    if (line.trim() === '') {
+      done++;
+      ok++;
+      continue;
+    }
+    const n = lineNumber;
+    inFlight++;
+    try {
+      sendLine(client, args.kind, line, lineKey(args.kind, fileIdentity, n, line, args.salt)).then(
+        () => settle(n, line, null),
+        (error: unknown) => settle(n, line, error),
+      );
+    } catch (error) {
+      if (!(error instanceof LineError)) throw error;
+      settle(n, line, error);
+    }
+    while (inFlight >= MAX_LINES_IN_FLIGHT) await new Promise<void>((resolve) => (wake = resolve));
+  }
+  lines.close();
+  await client.close();
+  // Every write is settled now; its handler may still be a microtask away.
+  while (inFlight > 0) await new Promise<void>((resolve) => (wake = resolve));
+  await failed.close();
+  const seconds = progress.elapsedSeconds();
+  const fmt = (x: number) => x.toLocaleString('en-US');
+  let summary = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed`;
+  if (failed.count > 0) summary += `; failed lines and their reasons are in ${failed.path}`;
+  if (interrupted) summary += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
+  progress.finish(summary);
+  if (interrupted) return 130;
+  return failed.count > 0 ? 1 : 0;
+}
+
+async function main(): Promise<void> {
+  let args: Args;
+  try {
+    args = parseArgs(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`${error.message ? `import: ${error.message}\n` : ''}${USAGE}`);
+    process.exit(error.message ? 2 : 0);
+  }
+  try {
+    process.exitCode = await run(args);
+  } catch (error) {
+    process.stderr.write(`import: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exitCode = 2;
+  }
+}
+
+await main();

@@ -1,0 +1,144 @@
+// Sends one batch of queued writes through POST /batch until every write in it is settled:
+// retries (same per-write keys, same batch key while the body is the same), 413 halving, and
+// each item's own answer resolved or rejected.
+import { randomUUID } from 'node:crypto';
+import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type WriteIdentity } from './errors.ts';
+import type { ResolvedOptions } from './options.ts';
+import { isRetryableStatus, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
+import { attempt, prepareBody, type PreparedBody } from './transport.ts';
+import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
+
+export const BATCH_PATH = '/batch';
+
+/** A write waiting for its answer. `json` is its batch item, serialized once when it was queued. */
+export interface QueuedWrite {
+  seq: number;
+  method: WriteMethod;
+  path: string;
+  idempotencyKey: string;
+  json: string;
+  bytes: number;
+  enqueuedAtMs: number;
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+type ItemResult = Pick<BatchResult, 'status'> & { body: unknown };
+
+const identity = (w: QueuedWrite): WriteIdentity => ({ method: w.method, path: w.path, idempotencyKey: w.idempotencyKey });
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+function errorType(body: unknown): string | null {
+  return typeof body === 'object' && body !== null && typeof (body as { type?: unknown }).type === 'string' ? (body as { type: string }).type : null;
+}
+
+function detailsOf(body: unknown): ValidationDetail[] {
+  const details = typeof body === 'object' && body !== null ? (body as { details?: unknown }).details : undefined;
+  return Array.isArray(details) ? (details as ValidationDetail[]) : [];
+}
+
+/** A final (non-retryable) answer for one write. */
+function settleFinal(write: QueuedWrite, status: number, body: unknown): void {
+  if (status === 200) write.resolve(body);
+  else if (status === 422) write.reject(new IntakeValidationError(identity(write), detailsOf(body)));
+  else write.reject(new IntakeRequestError(identity(write), status, errorType(body), body));
+}
+
+function readResults(body: unknown, count: number): ItemResult[] | null {
+  const results = typeof body === 'object' && body !== null ? (body as { results?: unknown }).results : undefined;
+  if (!Array.isArray(results) || results.length !== count) return null;
+  for (const r of results) if (typeof r !== 'object' || r === null || typeof (r as ItemResult).status !== 'number') return null;
+  return results as ItemResult[];
+}
+
+/** The body of a batch and its batch-level Idempotency-Key: a new key whenever the items change (a key names one exact body). */
+interface Envelope {
+  writes: QueuedWrite[];
+  body: PreparedBody;
+  batchKey: string;
+}
+
+async function envelope(writes: QueuedWrite[], options: ResolvedOptions): Promise<Envelope> {
+  const json = `{"requests":[${writes.map((w) => w.json).join(',')}]}`;
+  return { writes, body: await prepareBody(json, options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}` };
+}
+
+/**
+ * Settles every write of `writes`, in order (items are applied by the server in the order sent;
+ * halves of a split go one after the other). Never rejects: each write's promise carries its outcome.
+ */
+export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions): Promise<void> {
+  const deadlineAtMs = Date.now() + options.retryDeadlineMs;
+  const groups: QueuedWrite[][] = [writes];
+  while (groups.length > 0) {
+    const group = groups.shift()!;
+    const halves = await sendGroup(group, options, deadlineAtMs);
+    if (halves !== null) groups.unshift(...halves);
+  }
+}
+
+/** Sends one group until settled; returns two halves instead when the server found it too large. */
+async function sendGroup(writes: QueuedWrite[], options: ResolvedOptions, deadlineAtMs: number): Promise<QueuedWrite[][] | null> {
+  let current = await envelope(writes, options);
+  let attempts = 0;
+  let retries = 0;
+  for (;;) {
+    const remainingMs = deadlineAtMs - Date.now();
+    const outcome = await attempt({
+      url: options.url + BATCH_PATH,
+      method: 'POST',
+      serviceKey: options.serviceKey,
+      body: current.body,
+      idempotencyKey: current.batchKey,
+      timeoutMs: Math.min(options.requestTimeoutMs, remainingMs),
+    });
+    attempts++;
+    let retryStatus: number | null = null;
+    let retryError: unknown = null;
+    let retryAfterMs: number | null = null;
+    if (outcome.kind === 'network') {
+      retryError = outcome.error;
+    } else if (outcome.status === 200) {
+      const results = readResults(outcome.body, current.writes.length);
+      if (results === null) {
+        const error = new IntakeProtocolError(`POST /batch answered 200 without one result per item: ${outcome.text.slice(0, 200)}`);
+        for (const w of current.writes) w.reject(error);
+        return null;
+      }
+      // Items that would be retried alone (a 503 of one item, say) go again, with their own keys.
+      const again: QueuedWrite[] = [];
+      results.forEach((result, i) => {
+        const write = current.writes[i]!;
+        if (isRetryableStatus(result.status)) {
+          again.push(write);
+          retryStatus = result.status;
+        } else settleFinal(write, result.status, result.body);
+      });
+      if (again.length === 0) return null;
+      current = await envelope(again, options);
+    } else if (outcome.status === 413) {
+      if (current.writes.length > 1) {
+        const half = Math.ceil(current.writes.length / 2);
+        return [current.writes.slice(0, half), current.writes.slice(half)];
+      }
+      settleFinal(current.writes[0]!, 413, outcome.body);
+      return null;
+    } else if (isRetryableStatus(outcome.status)) {
+      retryStatus = outcome.status;
+      retryAfterMs = parseRetryAfterMs(outcome.headers.get('retry-after'));
+    } else {
+      // A final answer for the whole batch (401, 415, 400, a 422 envelope, a 404 from a server without /batch): every write gets it.
+      for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
+      return null;
+    }
+    retries++;
+    const delayMs = retryDelayMs(retries, retryAfterMs, options);
+    if (Date.now() + delayMs >= deadlineAtMs) {
+      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, retryStatus, retryError));
+      return null;
+    }
+    options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });
+    if (delayMs > 0) await sleep(delayMs);
+  }
+}

@@ -1,0 +1,78 @@
+// createClient: one typed method per endpoint of the spec. Every write goes into the queue and
+// leaves in a POST /batch; its promise settles with that write's own answer.
+import { randomUUID } from 'node:crypto';
+import { resolveOptions, type ClientOptions } from './options.ts';
+import type {
+  AppLaunch,
+  Collection,
+  Identify,
+  LaunchAnswer,
+  Logout,
+  Mapping,
+  Product,
+  PushToken,
+  SuccessAnswer,
+  TrackEvent,
+  WriteMethod,
+  WriteOptions,
+} from './types.ts';
+import { WriteQueue, type QueueStats } from './write-queue.ts';
+
+export interface IntakeClient {
+  /** POST /mcrs_appl_v1: resolves with the device's did (new when none usable was sent) and a new sid. */
+  appLaunch(body: AppLaunch, options?: WriteOptions): Promise<LaunchAnswer>;
+  /** POST /msv_cevt */
+  trackEvent(body: TrackEvent, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /msv_cs_id */
+  identify(body: Identify, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /logout */
+  logout(body: Logout, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /mpush_token */
+  pushToken(body: PushToken, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /product (merge-upsert) */
+  upsertProduct(body: Product, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** DELETE /product/:id */
+  deleteProduct(id: string, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /collection (merge-upsert) */
+  upsertCollection(body: Collection, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** DELETE /collection/:id */
+  deleteCollection(id: string, options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /collection/:id/products/add: the collection and every product must exist. */
+  addProductsToCollection(collectionId: string, products: Mapping['products'], options?: WriteOptions): Promise<SuccessAnswer>;
+  /** POST /collection/:id/products/remove */
+  removeProductsFromCollection(collectionId: string, products: Mapping['products'], options?: WriteOptions): Promise<SuccessAnswer>;
+  /** Sends every queued write now; resolves once all of them are settled (it never rejects). */
+  flush(): Promise<void>;
+  /** Refuses new writes (ClientClosedError), sends what is queued, resolves once all is settled. */
+  close(): Promise<void>;
+  /** How much the queue holds now. */
+  stats(): QueueStats;
+}
+
+/** `:id` in a path, percent-encoded as in a URL (the server decodes it). */
+const segment = (id: string) => encodeURIComponent(id);
+
+export function createClient(clientOptions: ClientOptions): IntakeClient {
+  const options = resolveOptions(clientOptions);
+  const queue = new WriteQueue(options);
+  const write = <T>(method: WriteMethod, path: string, body: unknown, writeOptions: WriteOptions | undefined): Promise<T> =>
+    // The key is made here, once: every retry of this write, in any batch, carries the same one.
+    queue.enqueue<T>(method, path, body, writeOptions?.idempotencyKey ?? randomUUID());
+
+  return {
+    appLaunch: (body, o) => write<LaunchAnswer>('POST', '/mcrs_appl_v1', body, o),
+    trackEvent: (body, o) => write<SuccessAnswer>('POST', '/msv_cevt', body, o),
+    identify: (body, o) => write<SuccessAnswer>('POST', '/msv_cs_id', body, o),
+    logout: (body, o) => write<SuccessAnswer>('POST', '/logout', body, o),
+    pushToken: (body, o) => write<SuccessAnswer>('POST', '/mpush_token', body, o),
+    upsertProduct: (body, o) => write<SuccessAnswer>('POST', '/product', body, o),
+    deleteProduct: (id, o) => write<SuccessAnswer>('DELETE', `/product/${segment(id)}`, undefined, o),
+    upsertCollection: (body, o) => write<SuccessAnswer>('POST', '/collection', body, o),
+    deleteCollection: (id, o) => write<SuccessAnswer>('DELETE', `/collection/${segment(id)}`, undefined, o),
+    addProductsToCollection: (id, products, o) => write<SuccessAnswer>('POST', `/collection/${segment(id)}/products/add`, { products }, o),
+    removeProductsFromCollection: (id, products, o) => write<SuccessAnswer>('POST', `/collection/${segment(id)}/products/remove`, { products }, o),
+    flush: () => queue.flush(),
+    close: () => queue.close(),
+    stats: () => queue.stats(),
+  };
+}

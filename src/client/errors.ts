@@ -1,0 +1,86 @@
+// What a caller's promise rejects with. Every error names the write (method, path, key) so that
+// a caller can log it or send the same write again later with the same key.
+import type { ValidationDetail } from './types.ts';
+
+export interface WriteIdentity {
+  method: string;
+  path: string;
+  idempotencyKey: string;
+}
+
+/** Base class: `code` is stable for programs, `message` for people. */
+export class IntakeError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** 422: the write was refused and changed nothing; `details` are the server's Joi-style details. */
+export class IntakeValidationError extends IntakeError {
+  readonly status = 422;
+  constructor(
+    readonly write: WriteIdentity | null,
+    readonly details: ValidationDetail[],
+  ) {
+    const first = details[0];
+    super('INTAKE_VALIDATION', `${write ? `${write.method} ${write.path}: ` : ''}422 ValidationError${first ? `: ${first.message}` : ''}${details.length > 1 ? ` (+${details.length - 1} more)` : ''}`);
+  }
+}
+
+/**
+ * Any other answer that is final (not retried): 400, 401, 404, 405, 413 of a single write, 415,
+ * 501, 505, or another 4xx. Nothing was applied. `type` is the server's error type when it sent one.
+ */
+export class IntakeRequestError extends IntakeError {
+  constructor(
+    readonly write: WriteIdentity | null,
+    readonly status: number,
+    readonly type: string | null,
+    readonly body: unknown,
+  ) {
+    const text = typeof body === 'object' && body !== null && typeof (body as { message?: unknown }).message === 'string' ? (body as { message: string }).message : '';
+    super('INTAKE_REQUEST', `${write ? `${write.method} ${write.path}: ` : ''}${status}${type ? ` ${type}` : ''}${text ? `: ${text}` : ''}`);
+  }
+}
+
+/**
+ * Retries ran out (the total deadline passed, or the next wait would end after it). The write
+ * MAY HAVE BEEN APPLIED (an answer can be lost after the server committed): send it again with
+ * the same `write.idempotencyKey` and the server applies it at most once. `lastStatus` is the last
+ * HTTP status seen (null: a network error or a timeout, see `cause`).
+ */
+export class IntakeUnavailableError extends IntakeError {
+  constructor(
+    readonly write: WriteIdentity | null,
+    readonly attempts: number,
+    readonly lastStatus: number | null,
+    cause: unknown,
+  ) {
+    const why = lastStatus !== null ? `last answer ${lastStatus}` : `last error: ${cause instanceof Error ? cause.message : String(cause)}`;
+    super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}gave up after ${attempts} attempt(s) (${why}); it may or may not have been applied, retry with the same Idempotency-Key`, { cause });
+  }
+}
+
+/** The server answered something the client cannot read (not the batch protocol). */
+export class IntakeProtocolError extends IntakeError {
+  constructor(message: string) {
+    super('INTAKE_PROTOCOL', message);
+  }
+}
+
+/** The in-memory queue is full: the write was not queued. Wait for earlier writes (or flush()) and send it again. */
+export class QueueFullError extends IntakeError {
+  constructor(limit: 'maxQueueItems' | 'maxQueueBytes', value: number) {
+    super('INTAKE_QUEUE_FULL', `the client's queue is full (${limit} = ${value}): the write was not queued; await earlier writes or flush() and send it again`);
+  }
+}
+
+/** The client was closed: no new writes. */
+export class ClientClosedError extends IntakeError {
+  constructor() {
+    super('INTAKE_CLOSED', 'the client is closed: no new writes are accepted');
+  }
+}

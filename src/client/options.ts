@@ -1,0 +1,93 @@
+// createClient's options, their defaults and their checks. Limits carry their unit in their name.
+
+export interface ClientOptions {
+  /** The server's base URL, e.g. http://127.0.0.1:8080 */
+  url: string;
+  /** The workspace's service key (sent as x-service-key). */
+  serviceKey: string;
+  /** A batch is sent once it holds this many writes (default 100; the server takes at most BATCH_MAX_ITEMS, 1,000 by default). */
+  maxBatchItems?: number;
+  /** ... or this many bytes of JSON (default 500 KB; the server takes BATCH_BODY_LIMIT_BYTES, 4 MiB by default). */
+  maxBatchBytes?: number;
+  /** ... or when its oldest write has waited this long (default 1000 ms). */
+  flushIntervalMs?: number;
+  /**
+   * Batches in flight at once (default 1). With 1, writes are applied in the order they were
+   * called, across batches and retries; more is faster but batches may then overtake each other.
+   */
+  maxConcurrentBatches?: number;
+  /** Writes held (queued or in flight, not yet settled) before new ones are refused with QueueFullError (default 10,000). */
+  maxQueueItems?: number;
+  /** Bytes of JSON held before new writes are refused (default 16 MiB). */
+  maxQueueBytes?: number;
+  /** Request bodies of at least this many bytes are sent gzip'd (default 16 KiB; 0: always; Infinity: never). */
+  gzipThresholdBytes?: number;
+  /** One attempt (send and read the answer) gives up after this long (default 30,000 ms). */
+  requestTimeoutMs?: number;
+  /** First retry waits up to this long (full jitter), doubling each retry (default 100 ms). */
+  retryBaseDelayMs?: number;
+  /** No computed backoff waits longer than this (default 10,000 ms). */
+  retryMaxDelayMs?: number;
+  /** A server's Retry-After is honoured up to this long (default 30,000 ms). */
+  retryAfterMaxMs?: number;
+  /** A batch that has not been answered within this long of its first attempt fails its writes with IntakeUnavailableError (default 120,000 ms). */
+  retryDeadlineMs?: number;
+  /** Called once per retry, for logs and metrics. */
+  onRetry?: (info: RetryInfo) => void;
+}
+
+export interface RetryInfo {
+  attempt: number;
+  delayMs: number;
+  /** HTTP status that caused the retry, or null for a network error or a timeout. */
+  status: number | null;
+  error: unknown;
+  items: number;
+}
+
+export type ResolvedOptions = Required<Omit<ClientOptions, 'onRetry'>> & Pick<ClientOptions, 'onRetry'>;
+
+export const DEFAULTS = {
+  maxBatchItems: 100,
+  maxBatchBytes: 500 * 1000,
+  flushIntervalMs: 1000,
+  maxConcurrentBatches: 1,
+  maxQueueItems: 10_000,
+  maxQueueBytes: 16 * 1024 * 1024,
+  gzipThresholdBytes: 16 * 1024,
+  requestTimeoutMs: 30_000,
+  retryBaseDelayMs: 100,
+  retryMaxDelayMs: 10_000,
+  retryAfterMaxMs: 30_000,
+  retryDeadlineMs: 120_000,
+} as const;
+
+function positive(name: string, value: number, allowZero = false, allowInfinity = false): number {
+  const ok = (Number.isFinite(value) || (allowInfinity && value === Infinity)) && (allowZero ? value >= 0 : value > 0);
+  if (!ok) throw new TypeError(`intake client: ${name} must be a ${allowZero ? 'non-negative' : 'positive'} number, got ${String(value)}`);
+  return value;
+}
+
+export function resolveOptions(options: ClientOptions): ResolvedOptions {
+  if (typeof options.url !== 'string' || !/^https?:\/\//.test(options.url)) throw new TypeError('intake client: url must be an http(s) URL');
+  if (typeof options.serviceKey !== 'string' || options.serviceKey === '') throw new TypeError('intake client: serviceKey is required');
+  const o = { ...DEFAULTS, ...stripUndefined(options) } as ResolvedOptions;
+  o.url = options.url.replace(/\/+$/, '');
+  positive('maxBatchItems', o.maxBatchItems);
+  positive('maxBatchBytes', o.maxBatchBytes);
+  positive('flushIntervalMs', o.flushIntervalMs, true);
+  positive('maxConcurrentBatches', o.maxConcurrentBatches);
+  positive('maxQueueItems', o.maxQueueItems);
+  positive('maxQueueBytes', o.maxQueueBytes);
+  positive('gzipThresholdBytes', o.gzipThresholdBytes, true, true);
+  positive('requestTimeoutMs', o.requestTimeoutMs);
+  positive('retryBaseDelayMs', o.retryBaseDelayMs, true);
+  positive('retryMaxDelayMs', o.retryMaxDelayMs, true);
+  positive('retryAfterMaxMs', o.retryAfterMaxMs, true);
+  positive('retryDeadlineMs', o.retryDeadlineMs, true);
+  return o;
+}
+
+function stripUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

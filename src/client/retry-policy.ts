@@ -1,0 +1,34 @@
+// When to retry and how long to wait. Retried: network errors and timeouts, 408, 429, and 5xx
+// except 501 and 505 (those say the server will never do it). Every other answer is final.
+
+export function isRetryableStatus(status: number): boolean {
+  if (status === 408 || status === 429) return true;
+  return status >= 500 && status <= 599 && status !== 501 && status !== 505;
+}
+
+/** Retry-After in ms: delta-seconds or an HTTP date; null when absent or unreadable. */
+export function parseRetryAfterMs(value: string | null, nowMs = Date.now()): number | null {
+  if (value === null) return null;
+  const text = value.trim();
+  if (/^[0-9]+$/.test(text)) return Number(text) * 1000;
+  const date = Date.parse(text);
+  return Number.isNaN(date) ? null : Math.max(0, date - nowMs);
+}
+
+export interface BackoffSettings {
+  retryBaseDelayMs: number;
+  retryMaxDelayMs: number;
+  retryAfterMaxMs: number;
+}
+
+/**
+ * The wait before retry number `attempt` (1 for the first retry). Full jitter (a random wait up
+ * to the exponential bound) so that many clients failing together do not come back together.
+ * A server's Retry-After wins over the computed wait, up to `retryAfterMaxMs`: the server knows
+ * when it can take more (a rate limit's refill, a busy queue).
+ */
+export function retryDelayMs(attempt: number, retryAfterMs: number | null, s: BackoffSettings, random: () => number = Math.random): number {
+  if (retryAfterMs !== null) return Math.min(retryAfterMs, s.retryAfterMaxMs);
+  const bound = Math.min(s.retryMaxDelayMs, s.retryBaseDelayMs * 2 ** Math.min(attempt - 1, 30));
+  return Math.round(bound * random());
+}

@@ -1,0 +1,164 @@
+// The bounded in-memory queue: writes wait here until a batch takes them, and count against the
+// limits until they are settled (in flight included: that memory is held too). A batch leaves
+// when it is full (items or bytes), when its oldest write has waited flushIntervalMs, or on flush().
+import { ClientClosedError, QueueFullError } from './errors.ts';
+import type { ResolvedOptions } from './options.ts';
+import { sendBatch, type QueuedWrite } from './batch-sender.ts';
+import type { BatchItem, WriteMethod } from './types.ts';
+
+export interface QueueStats {
+  /** Writes not yet settled (waiting or in flight). */
+  heldItems: number;
+  heldBytes: number;
+  /** Writes waiting for a batch. */
+  waitingItems: number;
+  batchesInFlight: number;
+}
+
+export class WriteQueue {
+  private readonly waiting: QueuedWrite[] = [];
+  private waitingBytes = 0;
+  private heldItems = 0;
+  private heldBytes = 0;
+  private inFlight = 0;
+  private nextSeq = 1;
+  /** Writes up to this seq leave even in a partial batch (a flush or the timer asked for them). */
+  private forceUpToSeq = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+  /** Resolvers of flush() calls, each waiting for every write up to its seq to settle. */
+  private flushWaiters: Array<{ seq: number; resolve: () => void }> = [];
+  /** Seqs not yet settled, to know when a flush is done (a write may settle out of order with concurrent batches). */
+  private readonly unsettled = new Set<number>();
+  /** Every seq below this one is settled (amortised O(1) per write, where a scan of `unsettled` would be O(n)). */
+  private lowestUnsettledSeq = 1;
+
+  constructor(private readonly options: ResolvedOptions) {}
+
+  stats(): QueueStats {
+    return { heldItems: this.heldItems, heldBytes: this.heldBytes, waitingItems: this.waiting.length, batchesInFlight: this.inFlight };
+  }
+
+  enqueue<T>(method: WriteMethod, path: string, body: unknown, idempotencyKey: string): Promise<T> {
+    if (this.closed) return Promise.reject(new ClientClosedError());
+    const item: BatchItem = body === undefined ? { method, path, idempotencyKey } : { method, path, body, idempotencyKey };
+    const json = JSON.stringify(item);
+    const bytes = Buffer.byteLength(json);
+    if (this.heldItems + 1 > this.options.maxQueueItems) return Promise.reject(new QueueFullError('maxQueueItems', this.options.maxQueueItems));
+    // One write bigger than the whole byte limit would never fit: let it through alone when nothing else is held.
+    if (this.heldBytes + bytes > this.options.maxQueueBytes && this.heldItems > 0) return Promise.reject(new QueueFullError('maxQueueBytes', this.options.maxQueueBytes));
+    return new Promise<T>((resolve, reject) => {
+      const seq = this.nextSeq++;
+      const settle = (): void => {
+        this.heldItems--;
+        this.heldBytes -= bytes;
+        this.unsettled.delete(seq);
+        this.wakeFlushes();
+      };
+      this.waiting.push({
+        seq,
+        method,
+        path,
+        idempotencyKey,
+        json,
+        bytes,
+        enqueuedAtMs: Date.now(),
+        // The caller's promise settles before flush() waiters are woken, so that code awaiting
+        // close() finds every write's own handlers already run.
+        resolve: (value) => {
+          resolve(value as T);
+          settle();
+        },
+        reject: (error) => {
+          reject(error);
+          settle();
+        },
+      });
+      this.unsettled.add(seq);
+      this.heldItems++;
+      this.heldBytes += bytes;
+      this.waitingBytes += bytes;
+      this.dispatch();
+    });
+  }
+
+  /** Sends everything queued now, and resolves once all of it is settled (never rejects: each write's promise has its outcome). */
+  flush(): Promise<void> {
+    const seq = this.nextSeq - 1;
+    this.forceUpToSeq = Math.max(this.forceUpToSeq, seq);
+    const done = new Promise<void>((resolve) => this.flushWaiters.push({ seq, resolve }));
+    this.dispatch();
+    this.wakeFlushes();
+    return done;
+  }
+
+  /** Refuses new writes, then flushes. */
+  close(): Promise<void> {
+    this.closed = true;
+    return this.flush();
+  }
+
+  private wakeFlushes(): void {
+    if (this.flushWaiters.length === 0) return;
+    while (this.lowestUnsettledSeq < this.nextSeq && !this.unsettled.has(this.lowestUnsettledSeq)) this.lowestUnsettledSeq++;
+    const oldest = this.lowestUnsettledSeq < this.nextSeq ? this.lowestUnsettledSeq : Infinity;
+    this.flushWaiters = this.flushWaiters.filter((waiter) => {
+      if (waiter.seq >= oldest) return true;
+      waiter.resolve();
+      return false;
+    });
+  }
+
+  private batchReady(): boolean {
+    const head = this.waiting[0];
+    if (head === undefined) return false;
+    return this.waiting.length >= this.options.maxBatchItems || this.waitingBytes >= this.options.maxBatchBytes || head.seq <= this.forceUpToSeq;
+  }
+
+  private dispatch(): void {
+    while (this.inFlight < this.options.maxConcurrentBatches && this.batchReady()) {
+      const batch = this.take();
+      this.inFlight++;
+      void sendBatch(batch, this.options).finally(() => {
+        this.inFlight--;
+        this.dispatch();
+      });
+    }
+    this.armTimer();
+  }
+
+  /** The next batch: at least one write, then as many as fit in maxBatchItems and maxBatchBytes. */
+  private take(): QueuedWrite[] {
+    let count = 0;
+    let bytes = 0;
+    for (const w of this.waiting) {
+      if (count >= this.options.maxBatchItems) break;
+      if (count > 0 && bytes + w.bytes + 1 > this.options.maxBatchBytes) break;
+      count++;
+      bytes += w.bytes + 1;
+    }
+    const batch = this.waiting.splice(0, count);
+    for (const w of batch) this.waitingBytes -= w.bytes;
+    return batch;
+  }
+
+  /** The timer runs while writes wait: it fires when the oldest has waited flushIntervalMs. */
+  private armTimer(): void {
+    const head = this.waiting[0];
+    if (head === undefined || head.seq <= this.forceUpToSeq) {
+      if (this.timer !== null) clearTimeout(this.timer);
+      this.timer = null;
+      return;
+    }
+    if (this.timer !== null) return;
+    const delayMs = Math.max(0, head.enqueuedAtMs + this.options.flushIntervalMs - Date.now());
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.forceUpToSeq = Math.max(this.forceUpToSeq, this.waiting[0]?.seq ?? 0);
+      // Everything that has waited long enough leaves, not only the head.
+      const now = Date.now();
+      for (const w of this.waiting) if (w.enqueuedAtMs + this.options.flushIntervalMs <= now) this.forceUpToSeq = Math.max(this.forceUpToSeq, w.seq);
+      this.dispatch();
+    }, delayMs);
+  }
+}

@@ -1,0 +1,285 @@
+// intake/client (src/client) against the real server over HTTP, through a proxy that misbehaves
+// on purpose (test/helpers/fault-proxy.ts). Imported through the package name, as a consumer
+// does: package.json's `exports` must resolve `intake/client` to the compiled build.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  ClientClosedError,
+  createClient,
+  IntakeRequestError,
+  IntakeUnavailableError,
+  IntakeValidationError,
+  QueueFullError,
+  type ClientOptions,
+  type IntakeClient,
+} from 'intake/client';
+import { startFaultProxy, type Action, type FaultProxy } from './helpers/fault-proxy.ts';
+import { exportLines, KEY_A, LAUNCH_INFO, startServer, T0, type TestServer } from './helpers/server.ts';
+
+const servers: TestServer[] = [];
+const proxies: FaultProxy[] = [];
+after(async () => {
+  for (const proxy of proxies) await proxy.close();
+  for (const server of servers) await server.kill();
+});
+
+async function start(env: Record<string, string> = {}): Promise<TestServer> {
+  const server = await startServer({ env });
+  servers.push(server);
+  return server;
+}
+
+async function proxyTo(server: TestServer, plan?: (n: number) => Action): Promise<FaultProxy> {
+  const proxy = await startFaultProxy(server.url, plan ? (request) => plan(request.n) : undefined);
+  proxies.push(proxy);
+  return proxy;
+}
+
+/** Fast retries, so that the tests take seconds. */
+const FAST: Partial<ClientOptions> = { flushIntervalMs: 10, retryBaseDelayMs: 5, retryMaxDelayMs: 50, retryAfterMaxMs: 100, retryDeadlineMs: 20_000 };
+
+function client(url: string, options: Partial<ClientOptions> = {}): IntakeClient {
+  return createClient({ url, serviceKey: KEY_A, ...FAST, ...options });
+}
+
+/** A write's outcome, caught at once (a rejection awaited later would count as unhandled meanwhile). */
+function outcome<T>(promise: Promise<T>): Promise<{ value: T } | { error: unknown }> {
+  return promise.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+}
+
+function rejection(result: { value: unknown } | { error: unknown }): unknown {
+  assert.ok('error' in result, `expected a rejection, got ${JSON.stringify(result)}`);
+  return result.error;
+}
+
+const count = <T>(items: readonly T[], key: (item: T) => string): Map<string, number> => {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(key(item), (counts.get(key(item)) ?? 0) + 1);
+  return counts;
+};
+
+describe('intake/client', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await start();
+  });
+
+  test('`intake/client` resolves through package.json exports to the compiled build', () => {
+    assert.ok(import.meta.resolve('intake/client').endsWith('/dist/src/client/index.js'), import.meta.resolve('intake/client'));
+  });
+
+  test('through a proxy that drops connections (before and after the server applied the batch) and answers 503 + Retry-After, every write lands exactly once', async () => {
+    // Request n: 1 pass, 2 drop after the server answered (applied, answer lost), 3 503 with
+    // Retry-After, 4 drop before anything reaches the server; then again.
+    const proxy = await proxyTo(server, (n) =>
+      (
+        [
+          { kind: 'pass' },
+          { kind: 'drop-after' },
+          { kind: 'status', status: 503, headers: { 'retry-after': '1' } },
+          { kind: 'drop-before' },
+        ] as const
+      )[(n - 1) % 4]!,
+    );
+    const c = client(proxy.url, { maxBatchItems: 25 });
+    const { did } = await c.appLaunch({ timestamp: T0, info: LAUNCH_INFO as never });
+    const writes: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 200; i++) writes.push(c.trackEvent({ did, name: `flaky-${i}`, timestamp: T0 + i }));
+    for (let i = 0; i < 60; i++) writes.push(c.upsertProduct({ id: `flaky-p${i}`, name: `product ${i}`, price: i }));
+    const results = await Promise.all(writes);
+    assert.ok(results.every((r) => (r as { success: boolean }).success === true));
+    await c.close();
+
+    const kinds = proxy.seen.map((r) => r.action);
+    assert.ok(kinds.filter((k) => k === 'drop-after').length >= 3, `answers were lost after the server applied them: ${kinds.join(',')}`);
+    assert.ok(kinds.includes('status') && kinds.includes('drop-before'));
+    assert.ok(proxy.seen.every((r) => r.path === '/batch'), 'every write went through POST /batch');
+
+    const events = exportLines(server.dataDir, 'events', '--workspace', 'ws-a');
+    const tracked = count(events.filter((e) => e.kind === 'event' && String(e.data.name).startsWith('flaky-')), (e) => e.data.name);
+    assert.equal(tracked.size, 200);
+    assert.ok([...tracked.values()].every((n) => n === 1), 'no track event journaled twice');
+    const upserts = count(events.filter((e) => e.kind === 'product_upsert' && String(e.data.id).startsWith('flaky-')), (e) => e.data.id);
+    assert.equal(upserts.size, 60);
+    assert.ok([...upserts.values()].every((n) => n === 1), 'no product upsert journaled twice');
+    assert.equal(events.filter((e) => e.kind === 'app_launch' && e.did === did).length, 1, 'the launch whose answer was lost made one device');
+    assert.ok(proxy.seen.filter((r) => r.action === 'drop-after').every((r) => r.upstreamStatus === 200), 'the server applied the batches whose answers were lost');
+  });
+
+  test('close() sends what is queued, waits for it, and refuses writes after', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 60_000, maxBatchItems: 1000 });
+    const writes = Array.from({ length: 10 }, (_, i) => c.upsertProduct({ id: `close-${i}`, name: 'n' }));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(proxy.seen.length, 0, 'nothing sent before close(): the batch is not full and the interval is long');
+    await c.close();
+    assert.equal(proxy.seen.length, 1, 'close() sent one batch');
+    for (const w of writes) assert.deepEqual(await w, { success: true });
+    const ids = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').map((p) => p.id);
+    for (let i = 0; i < 10; i++) assert.ok(ids.includes(`close-${i}`));
+    await assert.rejects(c.upsertProduct({ id: 'late', name: 'n' }), ClientClosedError);
+  });
+
+  test('flush() sends a partial batch at once; the interval sends one on its own', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 60_000 });
+    const first = c.upsertProduct({ id: 'flush-1', name: 'n' });
+    await c.flush();
+    assert.deepEqual(await first, { success: true });
+    const timed = client(proxy.url, { flushIntervalMs: 50 });
+    const started = Date.now();
+    assert.deepEqual(await timed.upsertProduct({ id: 'flush-2', name: 'n' }), { success: true });
+    assert.ok(Date.now() - started >= 40, 'the interval, not an immediate send');
+    await Promise.all([c.close(), timed.close()]);
+    assert.equal(proxy.seen.length, 2);
+  });
+
+  test('a full queue refuses new writes with QueueFullError (items and bytes); the queued ones still land', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 60_000, maxQueueItems: 5 });
+    const queued = Array.from({ length: 5 }, (_, i) => c.upsertProduct({ id: `q-${i}`, name: 'n' }));
+    const refused = c.upsertProduct({ id: 'q-5', name: 'n' });
+    await assert.rejects(refused, (error: unknown) => {
+      assert.ok(error instanceof QueueFullError);
+      assert.equal(error.code, 'INTAKE_QUEUE_FULL');
+      assert.match(error.message, /queue is full \(maxQueueItems = 5\)/);
+      return true;
+    });
+    assert.equal(c.stats().heldItems, 5);
+    await c.close();
+    await Promise.all(queued);
+    assert.equal(c.stats().heldItems, 0);
+
+    const bytes = client(proxy.url, { flushIntervalMs: 60_000, maxQueueBytes: 2_000 });
+    const big = { name: 'n', description: 'd'.repeat(700) };
+    const ok = [bytes.upsertProduct({ id: 'qb-0', ...big }), bytes.upsertProduct({ id: 'qb-1', ...big })];
+    await assert.rejects(bytes.upsertProduct({ id: 'qb-2', ...big }), /maxQueueBytes = 2000/);
+    await bytes.close();
+    await Promise.all(ok);
+    // Settled writes free their room: the same client takes new writes (a new client here, as this one is closed).
+    const again = client(proxy.url, { maxQueueItems: 1 });
+    await again.upsertProduct({ id: 'q-again-1', name: 'n' });
+    await again.upsertProduct({ id: 'q-again-2', name: 'n' });
+    await again.close();
+  });
+
+  test('a 422 rejects that write with the validation details; the others in its batch resolve', async () => {
+    const c = client(server.url, { flushIntervalMs: 60_000 });
+    const good = c.upsertProduct({ id: 'v-good', name: 'n' });
+    const bad = outcome(c.upsertProduct({ id: 'v-bad', name: 'n', status: 'sold' as never }));
+    const missing = outcome(c.addProductsToCollection('no-such-collection', ['v-good']));
+    await c.flush();
+    assert.deepEqual(await good, { success: true });
+    assert.ok(((error: unknown) => {
+      assert.ok(error instanceof IntakeValidationError);
+      assert.equal(error.status, 422);
+      assert.equal(error.write?.path, '/product');
+      assert.deepEqual(error.details.map((d) => [d.type, d.path]), [['any.allowOnly', ['status']]]);
+      assert.deepEqual(error.details[0]!.context.valids, ['inStock', 'outOfStock']);
+      return true;
+    })(rejection(await bad)));
+    const notFound = rejection(await missing);
+    assert.ok(notFound instanceof IntakeValidationError && notFound.details[0]!.type === 'collection.notFound');
+    await c.close();
+  });
+
+  test('a batch over the server\'s body limit (413) is halved until it fits; one write alone over it rejects with 413', async () => {
+    const small = await start({ BATCH_BODY_LIMIT_BYTES: '16384' });
+    const proxy = await proxyTo(small);
+    const c = client(proxy.url, { flushIntervalMs: 60_000, maxBatchItems: 1000, gzipThresholdBytes: Infinity });
+    const description = 'x'.repeat(900);
+    const writes = Array.from({ length: 64 }, (_, i) => c.upsertProduct({ id: `big-${i}`, name: 'n', description }));
+    const tooBig = c.upsertProduct({ id: 'too-big', name: 'n', description: 'y'.repeat(2000), vendor: 'v'.repeat(1000), image: 'i'.repeat(1000), url: 'u'.repeat(1000) });
+    const huge = client(proxy.url, { flushIntervalMs: 60_000 });
+    const alone = outcome(huge.trackEvent({ did: 'd', name: 'e', timestamp: T0, info: Array.from({ length: 256 }, (_, i) => ({ name: `a${i}`.padEnd(100, 'z'), value: 'v'.repeat(100), type: 'string' as const })) }));
+    await Promise.all([c.close(), huge.close()]);
+    for (const w of writes) assert.deepEqual(await w, { success: true });
+    assert.deepEqual(await tooBig, { success: true }, 'fits once split small enough');
+    const refused = rejection(await alone);
+    assert.ok(refused instanceof IntakeRequestError && refused.status === 413, String(refused));
+    const statuses = proxy.seen.map((r) => r.upstreamStatus);
+    assert.ok(statuses.filter((s) => s === 413).length >= 3, `split after 413s: ${statuses.join(',')}`);
+    const upserts = exportLines(small.dataDir, 'events', '--kind', 'product_upsert');
+    assert.equal(upserts.length, 65, 'every write once, none twice');
+  });
+
+  test('no retry on other 4xx: 401, and a proxy 409 or 400, are final after one attempt', async () => {
+    const proxy = await proxyTo(server);
+    const wrongKey = createClient({ url: proxy.url, serviceKey: 'not-a-key-of-this-server', ...FAST });
+    await assert.rejects(wrongKey.upsertProduct({ id: 'x', name: 'n' }), (error: unknown) => error instanceof IntakeRequestError && error.status === 401 && error.type === 'AuthenticationError');
+    await wrongKey.close();
+    assert.equal(proxy.seen.length, 1);
+    for (const status of [400, 409, 404, 501, 505]) {
+      proxy.seen.length = 0;
+      proxy.plan = () => ({ kind: 'status', status, body: { type: 'SomeError', message: 'no' } });
+      const c = client(proxy.url);
+      await assert.rejects(c.trackEvent({ did: 'd', name: 'e', timestamp: T0 }), (error: unknown) => error instanceof IntakeRequestError && error.status === status);
+      await c.close();
+      assert.equal(proxy.seen.length, 1, `${status}: one attempt`);
+    }
+  });
+
+  test('408, 429 and 5xx are retried; Retry-After is honoured, up to retryAfterMaxMs', async () => {
+    const proxy = await proxyTo(server);
+    const gaps = async (first: Action, options: Partial<ClientOptions>): Promise<number> => {
+      proxy.seen.length = 0;
+      proxy.plan = (request) => (request.n === 1 ? first : { kind: 'pass' });
+      const c = client(proxy.url, options);
+      assert.deepEqual(await c.upsertProduct({ id: 'ra', name: 'n' }), { success: true });
+      await c.close();
+      assert.equal(proxy.seen.length, 2);
+      return proxy.seen[1]!.atMs - proxy.seen[0]!.atMs;
+    };
+    const honoured = await gaps({ kind: 'status', status: 429, headers: { 'retry-after': '1' } }, { retryAfterMaxMs: 5_000 });
+    assert.ok(honoured >= 950, `waited Retry-After: 1 s (${honoured} ms)`);
+    const capped = await gaps({ kind: 'status', status: 503, headers: { 'retry-after': '30' } }, { retryAfterMaxMs: 300 });
+    assert.ok(capped >= 280 && capped < 2_000, `Retry-After: 30 capped at 300 ms (${capped} ms)`);
+    for (const status of [408, 500, 502, 504]) await gaps({ kind: 'status', status }, {});
+  });
+
+  test('the total deadline: a server that keeps failing, or never answers, rejects with IntakeUnavailableError in time', async () => {
+    const proxy = await proxyTo(server, () => ({ kind: 'status', status: 503 }));
+    const c = client(proxy.url, { retryDeadlineMs: 800, retryBaseDelayMs: 20, retryMaxDelayMs: 100 });
+    let started = Date.now();
+    await assert.rejects(c.upsertProduct({ id: 'dl', name: 'n' }), (error: unknown) => {
+      assert.ok(error instanceof IntakeUnavailableError);
+      assert.equal(error.lastStatus, 503);
+      assert.ok(error.attempts > 2);
+      assert.match(error.message, /may or may not have been applied/);
+      assert.equal(error.write?.idempotencyKey.length, 36);
+      return true;
+    });
+    let took = Date.now() - started;
+    assert.ok(took >= 600 && took < 1_500, `gave up at the deadline (${took} ms)`);
+    await c.close();
+
+    proxy.plan = () => ({ kind: 'hang' });
+    const hung = client(proxy.url, { retryDeadlineMs: 500, requestTimeoutMs: 60_000 });
+    started = Date.now();
+    await assert.rejects(hung.upsertProduct({ id: 'dl2', name: 'n' }), (error: unknown) => error instanceof IntakeUnavailableError && error.lastStatus === null);
+    took = Date.now() - started;
+    assert.ok(took >= 450 && took < 1_500, `an attempt never outlives the deadline (${took} ms)`);
+    await hung.close();
+  });
+
+  test('every write keeps its Idempotency-Key across retries (given or made), and bodies above gzipThresholdBytes go gzip\'d', async () => {
+    const proxy = await proxyTo(server, (n) => (n <= 2 ? { kind: 'drop-after' } : { kind: 'pass' }));
+    const c = client(proxy.url, { flushIntervalMs: 60_000, gzipThresholdBytes: 1_000 });
+    const mine = c.upsertProduct({ id: 'key-1', name: 'n', description: 'd'.repeat(2_000) }, { idempotencyKey: 'my-own-key-1' });
+    const made = c.upsertProduct({ id: 'key-2', name: 'n' });
+    await c.close();
+    await Promise.all([mine, made]);
+    assert.equal(proxy.seen.length, 3);
+    assert.ok(proxy.seen.every((r) => r.headers['content-encoding'] === 'gzip'));
+    const batchKeys = new Set(proxy.seen.map((r) => r.headers['idempotency-key']));
+    assert.equal(batchKeys.size, 1, 'the batch key is kept while the batch is the same');
+    const records = exportLines(server.dataDir, 'events', '--kind', 'product_upsert').filter((e) => String(e.data.id).startsWith('key-'));
+    assert.equal(records.length, 2, 'applied once, replayed twice');
+    // The write's own key is the one the server kept: sent alone with it, it is recognised.
+    const alone = await server.request('/product', { id: 'key-1', name: 'n', description: 'd'.repeat(2_000) }, { headers: { 'idempotency-key': 'my-own-key-1' } });
+    assert.equal(alone.headers.get('idempotent-replayed'), 'true');
+  });
+});

@@ -1,0 +1,126 @@
+// `npm run import` (src/cli/import.ts) against the real server: a run SIGKILLed part way (right
+// after the server applied a batch whose answer the import never read) and run again applies
+// every line exactly once; failed lines land in <file>.failed.ndjson with their reasons and the
+// exit status is 1; memberships map to the mapping endpoints.
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { scriptCommand } from '../bench/lib/servers.ts';
+import { startFaultProxy, type FaultProxy } from './helpers/fault-proxy.ts';
+import { exportLines, KEY_A, ROOT, startServer, tempDataDir, type TestServer } from './helpers/server.ts';
+
+let server: TestServer;
+const proxies: FaultProxy[] = [];
+before(async () => {
+  server = await startServer();
+});
+after(async () => {
+  for (const proxy of proxies) await proxy.close();
+  await server.kill();
+});
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stderr: string;
+}
+
+function runImport(args: string[], url: string, onStart?: (kill: () => void) => void): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...scriptCommand('import'), ...args, '--url', url, '--key', KEY_A], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal, stderr }));
+    onStart?.(() => child.kill('SIGKILL'));
+  });
+}
+
+function writeNdjson(name: string, lines: string[]): string {
+  const file = join(tempDataDir(), name);
+  writeFileSync(file, lines.map((line) => `${line}\n`).join(''));
+  return file;
+}
+
+const upserts = (kind: string) => exportLines(server.dataDir, 'events', '--workspace', 'ws-a', '--kind', kind);
+
+describe('npm run import', () => {
+  const PRODUCTS = 6_000;
+
+  test('products: SIGKILLed part way, then run again: every line applied once, failed lines in <file>.failed.ndjson, exit 1', async () => {
+    const lines = Array.from({ length: PRODUCTS }, (_, i) => JSON.stringify({ id: `imp-${i}`, name: `Product ${i}`, price: i / 100, status: 'inStock' }));
+    // Three bad lines (1-based line numbers 101, 2502 and 5003 once inserted).
+    lines.splice(100, 0, 'this is not JSON');
+    lines.splice(2501, 0, JSON.stringify({ id: 'bad-status', name: 'x', status: 'sold' }));
+    lines.splice(5002, 0, JSON.stringify({ id: 'no-name-on-create' }));
+    const file = writeNdjson('products.ndjson', lines);
+
+    // Through a proxy that slows every batch down, and kills the import right after the server
+    // applied the third batch, before the import reads the answer.
+    let kill: () => void = () => {};
+    const proxy = await startFaultProxy(server.url, (request) => (request.n === 3 ? { kind: 'drop-after', then: () => kill() } : { kind: 'delay', ms: 100 }));
+    proxies.push(proxy);
+    const killed = await runImport(['products', file], proxy.url, (k) => (kill = k));
+    assert.equal(killed.signal, 'SIGKILL', `the first run was killed: ${killed.stderr}`);
+    const applied = new Set(upserts('product_upsert').map((e) => e.data.id));
+    assert.ok(applied.size >= 2_000 && applied.size < PRODUCTS, `part of the file was applied before the kill (${applied.size})`);
+
+    const second = await runImport(['products', file], server.url);
+    assert.equal(second.code, 1, second.stderr);
+    assert.match(second.stderr, /6,003 of 6,003 line\(s\) done .*6,000 ok, 3 failed; failed lines and their reasons are in .*products\.ndjson\.failed\.ndjson/);
+    const records = upserts('product_upsert');
+    assert.equal(records.length, PRODUCTS, 'no product upsert journaled twice');
+    assert.equal(new Set(records.map((e) => e.data.id)).size, PRODUCTS);
+    assert.equal(exportLines(server.dataDir, 'products', '--workspace', 'ws-a').filter((p) => String(p.id).startsWith('imp-')).length, PRODUCTS);
+
+    const failed = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((line) => JSON.parse(line)).sort((a, b) => a.line - b.line);
+    assert.deepEqual(failed.map((f) => [f.line, f.status]), [[101, null], [2502, 422], [5003, 422]]);
+    assert.match(failed[0].error, /not JSON/);
+    assert.equal(failed[0].item, 'this is not JSON');
+    assert.deepEqual(failed[1].details.map((d: { type: string; path: string[] }) => [d.type, d.path]), [['any.allowOnly', ['status']]]);
+    assert.deepEqual(failed[2].item, { id: 'no-name-on-create' });
+    assert.equal(failed[2].details[0].type, 'any.required');
+
+    // A third run applies nothing: every line is recognised by its key.
+    const third = await runImport(['products', file], server.url);
+    assert.equal(third.code, 1);
+    assert.equal(upserts('product_upsert').length, PRODUCTS, 'a re-run adds no record');
+  });
+
+  test('collections and memberships: lines map to POST /collection and the mapping endpoints; exit 0 when all succeed', async () => {
+    const collections = writeNdjson('collections.ndjson', [JSON.stringify({ id: 'summer', name: 'Summer' }), '', JSON.stringify({ id: 'winter', name: 'Winter', url: 'https://shop/w' })]);
+    const ok = await runImport(['collections', collections], server.url);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.ok(!existsSync(`${collections}.failed.ndjson`), 'no failed file when nothing failed');
+
+    const memberships = writeNdjson('memberships.ndjson', [
+      JSON.stringify({ collection: 'summer', products: ['imp-1', 'imp-2', 'imp-3'] }),
+      JSON.stringify({ collection: 'winter', product: 'imp-4' }),
+      JSON.stringify({ collection: 'summer', product: 'imp-2', action: 'remove' }),
+      JSON.stringify({ collection: 'winter', products: ['imp-5', 'no-such-product'] }),
+      JSON.stringify({ products: ['imp-6'] }),
+    ]);
+    const run = await runImport(['memberships', memberships], server.url);
+    assert.equal(run.code, 1, run.stderr);
+    const members = Object.fromEntries(exportLines(server.dataDir, 'collections', '--workspace', 'ws-a').map((c) => [c.id, c.products]));
+    assert.deepEqual(members, { summer: ['imp-1', 'imp-3'], winter: ['imp-4'] });
+    const failed = readFileSync(`${memberships}.failed.ndjson`, 'utf8').trim().split('\n').map((line) => JSON.parse(line)).sort((a, b) => a.line - b.line);
+    assert.deepEqual(failed.map((f) => [f.line, f.status]), [[4, 422], [5, null]]);
+    assert.equal(failed[0].details[0].type, 'product.notFound');
+    assert.match(failed[1].error, /"collection" must be a non-empty string/);
+
+    const records = () => upserts('collection_products_add').length + upserts('collection_products_remove').length;
+    const before = records();
+    assert.equal(before, 3);
+    assert.equal((await runImport(['memberships', memberships], server.url)).code, 1);
+    assert.equal(records(), before, 'a re-run adds no mapping record');
+  });
+
+  test('usage errors exit 2 and say why', async () => {
+    const run = await runImport(['things', 'x.ndjson'], server.url);
+    assert.equal(run.code, 2);
+    assert.match(run.stderr, /unknown kind things/);
+  });
+});
