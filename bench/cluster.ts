@@ -261,7 +261,7 @@ async function main(): Promise<void> {
   const date = new Date();
   const work = mkdtempSync(join(tmpdir(), 'intake-bench-cluster-'));
   const haproxyBin = ensureHaproxy();
-  if (!wrkInstalled()) throw new Error('wrk is not installed: apt-get install -y wrk');
+  if (!wrkInstalled()) throw new Error("wrk is not installed and could not be installed: apt-get install -y wrk");
   process.stderr.write(`node and haproxy logs: ${work} (removed at the end of a run that succeeds)\n`);
   const pg = await startOwnPostgres({ fsync: true });
   const single = await startIntake();

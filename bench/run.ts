@@ -23,7 +23,7 @@ import { cpuSeconds } from './lib/cpu.ts';
 import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
-import { runWrk, wrkInstalled } from './lib/wrk.ts';
+import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
@@ -31,6 +31,9 @@ const ratePerSec = Number(process.argv[4] ?? 8000);
 const only = process.argv[5]?.split(',') ?? null;
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
+/** The saturated regime (wrk): rounds of this many seconds per server and scenario. */
+const SATURATION_SECONDS = 5;
+const SATURATION_ROUNDS = 2;
 const PRODUCTS = 10_000;
 const COLLECTIONS = 100;
 /** Bodies built before a run and sent round robin (building them per request loads the client). */
@@ -45,6 +48,8 @@ interface Scenario {
   yardstick: boolean;
   /** Its target: intake CPU ÷ yardstick CPU, or ÷ intake's 200 track event. */
   target?: { ratio: number; of: 'yardstick' | 'track event' };
+  /** Measured saturated too (wrk), against the yardstick: its CPU-ratio target there. */
+  saturated?: { cpuRatio: number };
 }
 
 const TS = 1_700_000_000_000;
@@ -54,8 +59,9 @@ const ALL_SCENARIOS: Scenario[] = [
     request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % PRODUCTS}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }),
     yardstick: true,
     target: { ratio: 1.3, of: 'yardstick' },
+    saturated: { cpuRatio: 1.3 },
   },
-  { name: 'app launch (new device)', request: () => ({ path: '/mcrs_appl_v1', body: LAUNCH_BODY }), yardstick: true, target: { ratio: 1.6, of: 'yardstick' } },
+  { name: 'app launch (new device)', request: () => ({ path: '/mcrs_appl_v1', body: LAUNCH_BODY }), yardstick: true, target: { ratio: 1.6, of: 'yardstick' }, saturated: { cpuRatio: 1.6 } },
   {
     name: 'identify',
     request: (i, did) => ({ path: '/msv_cs_id', body: JSON.stringify({ did: did(i), clientCustomerId: `customer-${i % 10_000}`, timestamp: TS, info: [{ name: 'email', value: `user${i % 10_000}@example.com`, type: 'string' }, { name: 'plan', value: i % 2 === 0 ? 'pro' : 'free', type: 'string' }] }) }),
@@ -143,7 +149,23 @@ function load(server: RunningServer, scenario: Scenario, did: (i: number) => str
   });
 }
 
+const SATURATED_THROUGHPUT_TARGET = 0.75;
+const verdict = (met: boolean) => (met ? 'met' : '**missed**');
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+interface SaturatedRun extends WrkResult {
+  cpuUsPerRequest: number;
+}
+
+/** wrk -t1 -c256 for SATURATION_SECONDS on one scenario's first body; the server's CPU over it. */
+function wrkRun(server: RunningServer, scenario: Scenario, did: (i: number) => string): SaturatedRun {
+  const { path, body } = scenario.request(0, did);
+  const headers = { 'x-service-key': scenario.key ?? BENCH_KEY, 'content-type': 'application/json' };
+  const cpu0 = cpuSeconds(server.child.pid!);
+  const run = runWrk(`${server.url}${path}`, body, headers, SATURATION_CONNECTIONS, SATURATION_SECONDS);
+  const cpu = cpuSeconds(server.child.pid!) - cpu0;
+  return { ...run, cpuUsPerRequest: (cpu / Math.max(1, run.requests)) * 1e6 };
+}
 
 async function main(): Promise<void> {
   quiet();
@@ -152,7 +174,7 @@ async function main(): Promise<void> {
   const intake = await startIntake();
   const cpu: Record<string, { intake: number[]; yardstick: number[] }> = {};
   const saturation: Record<string, { intake: Run; yardstick?: Run }> = {};
-  let wrk: { intake: ReturnType<typeof runWrk>; yardstick: ReturnType<typeof runWrk> } | null = null;
+  const saturated: Record<string, { intake: SaturatedRun[]; yardstick: SaturatedRun[] }> = {};
   try {
     const target = { url: intake.url, key: BENCH_KEY };
     const dids = await someDevices(target, 1000);
@@ -177,13 +199,16 @@ async function main(): Promise<void> {
         ...(scenario.yardstick ? { yardstick: await load(yardstick, scenario, yardDid, SATURATION_CONNECTIONS, null, `yardstick: ${scenario.name} @ ${SATURATION_CONNECTIONS} connections`) } : {}),
       };
     }
+    // The saturated regime: wrk -t1 -c256 (one C thread leaves the server more of the two cores
+    // than autocannon does), both servers in alternating rounds, CPU per request as above.
     if (wrkInstalled()) {
-      const track = SCENARIOS[0]!;
-      const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };
-      wrk = {
-        yardstick: runWrk(`${yardstick.url}${track.request(0, yardDid).path}`, track.request(0, yardDid).body, headers, SATURATION_CONNECTIONS, seconds),
-        intake: runWrk(`${intake.url}${track.request(0, did).path}`, track.request(0, did).body, headers, SATURATION_CONNECTIONS, seconds),
-      };
+      for (let round = 0; round < SATURATION_ROUNDS; round++) {
+        for (const scenario of SCENARIOS.filter((s) => s.saturated !== undefined)) {
+          const entry = (saturated[scenario.name] ??= { intake: [], yardstick: [] });
+          entry.yardstick.push(wrkRun(yardstick, scenario, yardDid));
+          entry.intake.push(wrkRun(intake, scenario, did));
+        }
+      }
     }
   } finally {
     await Promise.all([yardstick.stop(), intake.stop()]);
@@ -199,10 +224,31 @@ async function main(): Promise<void> {
     return `| ${s.name} | ${mine.toFixed(1)} | ${theirs === null ? '' : theirs.toFixed(1)} | ${targetText} | ${Math.round(sat.intake.rps).toLocaleString('en')} / ${sat.intake.p99} | ${sat.yardstick === undefined ? '' : `${Math.round(sat.yardstick.rps).toLocaleString('en')} / ${sat.yardstick.p99}`} | ${sat.intake.unexpected} |`;
   });
   const spread = (values: number[]) => values.map((v) => v.toFixed(1)).join(', ');
-  const wrkLine =
-    wrk === null
-      ? 'wrk is not installed (apt-get install wrk): no cross-check.'
-      : `wrk -t1 -c${SATURATION_CONNECTIONS}, track events, ${seconds} s: intake ${Math.round(wrk.intake.requestsPerSec).toLocaleString('en')} req/s (p99 ${wrk.intake.p99Ms} ms), yardstick ${Math.round(wrk.yardstick.requestsPerSec).toLocaleString('en')} req/s (p99 ${wrk.yardstick.p99Ms} ms): **${(wrk.intake.requestsPerSec / wrk.yardstick.requestsPerSec).toFixed(2)}×** (target ≥ 0.75; non-2xx ${wrk.intake.non2xx} / ${wrk.yardstick.non2xx}).`;
+  const ratioOfMedians = (a: number[], b: number[]) => median(a) / median(b);
+  const satRows = Object.entries(saturated).map(([name, runs]) => {
+    const scenario = SCENARIOS.find((s) => s.name === name)!;
+    const fixed = median(cpu[name]!.intake) / median(cpu[name]!.yardstick);
+    const cpuRatio = ratioOfMedians(runs.intake.map((r) => r.cpuUsPerRequest), runs.yardstick.map((r) => r.cpuUsPerRequest));
+    const rpsRatio = ratioOfMedians(runs.intake.map((r) => r.requestsPerSec), runs.yardstick.map((r) => r.requestsPerSec));
+    const cell = (r: SaturatedRun[]) => `${median(r.map((x) => x.cpuUsPerRequest)).toFixed(1)} µs; ${Math.round(median(r.map((x) => x.requestsPerSec))).toLocaleString('en')} req/s; p99 ${median(r.map((x) => x.p99Ms))} ms`;
+    const non2xx = runs.intake.reduce((a, r) => a + r.non2xx, 0);
+    return `| ${name} | ${fixed.toFixed(2)} | ${cell(runs.intake)} | ${cell(runs.yardstick)} | ${cpuRatio.toFixed(2)} (≤ ${scenario.saturated!.cpuRatio}: ${verdict(cpuRatio <= scenario.saturated!.cpuRatio)}) | ${rpsRatio.toFixed(2)} (≥ ${SATURATED_THROUGHPUT_TARGET}: ${verdict(rpsRatio >= SATURATED_THROUGHPUT_TARGET)}) | ${non2xx} |`;
+  });
+  const satRounds = Object.entries(saturated)
+    .map(([name, runs]) => `${name}: intake ${runs.intake.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s`).join(', ')}; yardstick ${runs.yardstick.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s`).join(', ')}`)
+    .join('; ');
+  const satSection =
+    satRows.length === 0
+      ? ['wrk is not installed (apt-get install wrk): the saturated regime was not measured.']
+      : [
+          `Both regimes side by side. Fixed rate: the table above. Saturated: wrk -t1 -c${SATURATION_CONNECTIONS}, ${SATURATION_ROUNDS} alternating rounds of ${SATURATION_SECONDS} s per server (medians), the same first body every request.`,
+          '',
+          '| scenario | CPU ratio at the fixed rate | intake saturated: CPU / request; req/s; p99 | yardstick saturated | CPU ratio saturated (target) | throughput ratio (target) | intake non-2xx |',
+          '|---|---|---|---|---|---|---|',
+          ...satRows,
+          '',
+          `Saturated rounds: ${satRounds}.`,
+        ];
   const markdown = [
     `# Bench ${date.toISOString()}`,
     '',
@@ -212,7 +258,7 @@ async function main(): Promise<void> {
     '|---|---|---|---|---|---|---|',
     ...rows,
     '',
-    wrkLine,
+    ...satSection,
     '',
     'Rounds (intake CPU µs / request): ' + SCENARIOS.map((s) => `${s.name}: ${spread(cpu[s.name]!.intake)}`).join('; ') + '.',
     '',

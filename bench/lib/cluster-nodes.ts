@@ -61,11 +61,11 @@ export class LocalClusterNode {
     return this.child !== null && this.child.exitCode === null && this.child.signalCode === null;
   }
 
-  /** Starts the process; resolves once it listens (after recovery and catching up with the cluster). */
-  start(extraEnv: Record<string, string> = {}): Promise<void> {
+  /** Starts the process (`nodeArgs`: flags for node itself, such as --cpu-prof); resolves once it listens (after recovery and catching up with the cluster). */
+  start(extraEnv: Record<string, string> = {}, nodeArgs: readonly string[] = []): Promise<void> {
     if (this.running) return Promise.resolve();
     this.expectingExit = false;
-    const child = spawn(process.execPath, serverCommand(), {
+    const child = spawn(process.execPath, [...nodeArgs, ...serverCommand()], {
       cwd: ROOT,
       env: { ...process.env, LOG_LEVEL: 'info', ...this.options.env, ...extraEnv, NODE_NAME: this.name, HOST: '127.0.0.1', PORT: String(this.port), DATA_DIR: this.dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],

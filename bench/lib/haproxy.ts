@@ -4,29 +4,14 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { ensureDebianBinary } from './debian-package.ts';
 import { ROOT } from './servers.ts';
 
 export const HAPROXY_TEMPLATE = `${ROOT}deploy/haproxy.cfg`;
 
-function haproxyPath(): string | null {
-  const found = spawnSync('sh', ['-c', 'command -v haproxy || ls /usr/sbin/haproxy 2>/dev/null'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
-  return found === undefined || found === '' ? null : found;
-}
-
-/** The haproxy binary, installed with apt-get (after apt-get update when needed) when missing. */
-export function ensureHaproxy(log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): string {
-  const found = haproxyPath();
-  if (found !== null) return found;
-  if (process.getuid?.() !== 0) throw new Error('haproxy is not installed, and installing it needs root: apt-get install -y haproxy');
-  const apt = (args: string[]) => spawnSync('apt-get', args, { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } }).status === 0;
-  log('haproxy is not installed: apt-get install -y haproxy');
-  if (!apt(['install', '-y', 'haproxy'])) {
-    log('apt-get install failed: apt-get update, then again');
-    if (!apt(['update']) || !apt(['install', '-y', 'haproxy'])) throw new Error('could not install haproxy with apt-get');
-  }
-  const installed = haproxyPath();
-  if (installed === null) throw new Error('apt-get installed haproxy, but no haproxy binary is on the PATH');
-  return installed;
+/** The haproxy binary, installed with apt-get when missing. */
+export function ensureHaproxy(log?: (line: string) => void): string {
+  return ensureDebianBinary('haproxy', 'haproxy', log);
 }
 
 export interface LocalBackend {

@@ -1,13 +1,21 @@
 // wrk (Debian's package), a lighter load generator than autocannon: one thread in C leaves more
 // of the two cores to the server, so its throughput measures the server more than the client.
-// Used as a cross-check when it is installed.
-import { execFileSync, spawnSync } from 'node:child_process';
+// Installed with apt-get when it is missing (Debian's package; needs root).
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ensureDebianBinary } from './debian-package.ts';
 
+/** wrk is installed with apt-get when it is missing; false only when that is not possible (not root). */
 export function wrkInstalled(): boolean {
-  return spawnSync('wrk', ['--version']).error === undefined;
+  try {
+    ensureDebianBinary('wrk', 'wrk');
+    return true;
+  } catch (error) {
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    return false;
+  }
 }
 
 export interface WrkResult {
