@@ -7,8 +7,13 @@
 //   connections), in interleaved rounds (medians). At saturation a slower round answers fewer
 //   requests and every cost per event-loop turn then weighs more per request; on 2 cores shared
 //   with the load generator a ratio of throughputs measures the client as much as the server.
-// - Throughput and p99: 256 connections, autocannon (and wrk -t1 as a cross-check for track
-//   events when wrk is installed: one thread in C leaves the server more of the machine).
+// - Throughput and p99: 256 connections, autocannon.
+// - The saturated regime, beside the fixed rate: wrk -t1 -c256 (one thread in C leaves the
+//   server more of the machine) on track event and app launch, both servers in alternating
+//   rounds: CPU per request split into user and kernel time, throughput ratio, and whether one
+//   of intake's snapshots ran in a round. Saturated, many requests share each event-loop
+//   wakeup, epoll_wait and journal commit, so the kernel time both servers pay per request
+//   falls and intake's own JS work per request weighs more in the ratio (README, Performance).
 // - Scenarios: the 200s of the targets, a mapping add of 100 ids, a track event with one schema
 //   violation (422) and with a wrong key (401): refused requests must be cheap, or invalid
 //   traffic is the cheapest way to load the server.
@@ -19,7 +24,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
 import { LAUNCH_BODY } from './lib/bodies.ts';
-import { cpuSeconds } from './lib/cpu.ts';
+import { cpuSeconds, cpuSplitSeconds } from './lib/cpu.ts';
 import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
@@ -151,20 +156,42 @@ function load(server: RunningServer, scenario: Scenario, did: (i: number) => str
 
 const SATURATED_THROUGHPUT_TARGET = 0.75;
 const verdict = (met: boolean) => (met ? 'met' : '**missed**');
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+/** The middle value; of an even count, the mean of the two middle ones (of 2 rounds: their mean, not the larger). */
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
 
 interface SaturatedRun extends WrkResult {
   cpuUsPerRequest: number;
+  /** The same split into user and kernel time: the kernel's share (sockets, epoll, fsync) is what both servers pay alike. */
+  userUsPerRequest: number;
+  sysUsPerRequest: number;
+  /** Snapshots intake started during the run (SNAPSHOT_EVERY_RECORDS): their CPU counts in the run's. */
+  snapshots: number;
 }
 
+let snapshotsStarted = 0;
+
 /** wrk -t1 -c256 for SATURATION_SECONDS on one scenario's first body; the server's CPU over it. */
-function wrkRun(server: RunningServer, scenario: Scenario, did: (i: number) => string): SaturatedRun {
+async function wrkRun(server: RunningServer, scenario: Scenario, did: (i: number) => string): Promise<SaturatedRun> {
   const { path, body } = scenario.request(0, did);
   const headers = { 'x-service-key': scenario.key ?? BENCH_KEY, 'content-type': 'application/json' };
-  const cpu0 = cpuSeconds(server.child.pid!);
+  const snapshots0 = snapshotsStarted;
+  const cpu0 = cpuSplitSeconds(server.child.pid!);
   const run = runWrk(`${server.url}${path}`, body, headers, SATURATION_CONNECTIONS, SATURATION_SECONDS);
-  const cpu = cpuSeconds(server.child.pid!) - cpu0;
-  return { ...run, cpuUsPerRequest: (cpu / Math.max(1, run.requests)) * 1e6 };
+  const cpu1 = cpuSplitSeconds(server.child.pid!);
+  // wrk ran synchronously: let the server's log lines of the run arrive.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const perRequest = (seconds: number) => (seconds / Math.max(1, run.requests)) * 1e6;
+  return {
+    ...run,
+    cpuUsPerRequest: perRequest(cpu1.user + cpu1.sys - cpu0.user - cpu0.sys),
+    userUsPerRequest: perRequest(cpu1.user - cpu0.user),
+    sysUsPerRequest: perRequest(cpu1.sys - cpu0.sys),
+    snapshots: snapshotsStarted - snapshots0,
+  };
 }
 
 async function main(): Promise<void> {
@@ -172,6 +199,9 @@ async function main(): Promise<void> {
   const date = new Date();
   const yardstick = await startBareUwsLmdb();
   const intake = await startIntake();
+  intake.onLog((entry) => {
+    if (entry.msg === 'snapshot started') snapshotsStarted++;
+  });
   const cpu: Record<string, { intake: number[]; yardstick: number[] }> = {};
   const saturation: Record<string, { intake: Run; yardstick?: Run }> = {};
   const saturated: Record<string, { intake: SaturatedRun[]; yardstick: SaturatedRun[] }> = {};
@@ -205,8 +235,8 @@ async function main(): Promise<void> {
       for (let round = 0; round < SATURATION_ROUNDS; round++) {
         for (const scenario of SCENARIOS.filter((s) => s.saturated !== undefined)) {
           const entry = (saturated[scenario.name] ??= { intake: [], yardstick: [] });
-          entry.yardstick.push(wrkRun(yardstick, scenario, yardDid));
-          entry.intake.push(wrkRun(intake, scenario, did));
+          entry.yardstick.push(await wrkRun(yardstick, scenario, yardDid));
+          entry.intake.push(await wrkRun(intake, scenario, did));
         }
       }
     }
@@ -230,12 +260,12 @@ async function main(): Promise<void> {
     const fixed = median(cpu[name]!.intake) / median(cpu[name]!.yardstick);
     const cpuRatio = ratioOfMedians(runs.intake.map((r) => r.cpuUsPerRequest), runs.yardstick.map((r) => r.cpuUsPerRequest));
     const rpsRatio = ratioOfMedians(runs.intake.map((r) => r.requestsPerSec), runs.yardstick.map((r) => r.requestsPerSec));
-    const cell = (r: SaturatedRun[]) => `${median(r.map((x) => x.cpuUsPerRequest)).toFixed(1)} µs; ${Math.round(median(r.map((x) => x.requestsPerSec))).toLocaleString('en')} req/s; p99 ${median(r.map((x) => x.p99Ms))} ms`;
+    const cell = (r: SaturatedRun[]) => `${median(r.map((x) => x.cpuUsPerRequest)).toFixed(1)} µs (user ${median(r.map((x) => x.userUsPerRequest)).toFixed(1)} + kernel ${median(r.map((x) => x.sysUsPerRequest)).toFixed(1)}); ${Math.round(median(r.map((x) => x.requestsPerSec))).toLocaleString('en')} req/s; p99 ${median(r.map((x) => x.p99Ms)).toFixed(1)} ms`;
     const non2xx = runs.intake.reduce((a, r) => a + r.non2xx, 0);
     return `| ${name} | ${fixed.toFixed(2)} | ${cell(runs.intake)} | ${cell(runs.yardstick)} | ${cpuRatio.toFixed(2)} (≤ ${scenario.saturated!.cpuRatio}: ${verdict(cpuRatio <= scenario.saturated!.cpuRatio)}) | ${rpsRatio.toFixed(2)} (≥ ${SATURATED_THROUGHPUT_TARGET}: ${verdict(rpsRatio >= SATURATED_THROUGHPUT_TARGET)}) | ${non2xx} |`;
   });
   const satRounds = Object.entries(saturated)
-    .map(([name, runs]) => `${name}: intake ${runs.intake.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s`).join(', ')}; yardstick ${runs.yardstick.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s`).join(', ')}`)
+    .map(([name, runs]) => `${name}: intake ${runs.intake.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s${r.snapshots > 0 ? ' (a snapshot ran)' : ''}`).join(', ')}; yardstick ${runs.yardstick.map((r) => `${r.cpuUsPerRequest.toFixed(1)} µs @ ${Math.round(r.requestsPerSec)}/s`).join(', ')}`)
     .join('; ');
   const satSection =
     satRows.length === 0

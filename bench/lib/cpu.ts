@@ -14,3 +14,10 @@ export function cpuSeconds(pid: number): number {
   const stime = Number(fields[15 - 3]);
   return (utime + stime) / CLOCK_TICKS_PER_SECOND;
 }
+
+/** The same, split into user and kernel (system) time, in seconds. */
+export function cpuSplitSeconds(pid: number): { user: number; sys: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { user: Number(fields[14 - 3]) / CLOCK_TICKS_PER_SECOND, sys: Number(fields[15 - 3]) / CLOCK_TICKS_PER_SECOND };
+}

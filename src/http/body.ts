@@ -4,7 +4,7 @@ import { gunzipSync } from 'node:zlib';
 
 /** application/json (any parameters), text/plain, or no content-type at all. */
 export function acceptsContentType(header: string): boolean {
-  if (header === '') return true;
+  if (header === '' || header === 'application/json') return true;
   const semicolon = header.indexOf(';');
   const media = (semicolon === -1 ? header : header.slice(0, semicolon)).trim().toLowerCase();
   return media === 'application/json' || media === 'text/plain';
@@ -14,6 +14,7 @@ export type Encoding = 'identity' | 'gzip';
 
 /** The body's content-encoding, or null when we cannot decode it (415). */
 export function bodyEncoding(header: string): Encoding | null {
+  if (header === '') return 'identity';
   const value = header.trim().toLowerCase();
   if (value === '' || value === 'identity') return 'identity';
   if (value === 'gzip' || value === 'x-gzip') return 'gzip';

@@ -4,9 +4,14 @@
 // instead of a fresh closure per response (cork runs its callback synchronously, so the slots
 // cannot be overwritten meanwhile).
 import type { HttpResponse } from 'uWebSockets.js';
+import { SUCCESS_BODY } from '../actors/acceptor.ts';
 import { errorBody, type ErrorSpec } from './errors.ts';
+import { H_CONTENT_TYPE, H_REQUEST_ID, nativeBytes } from './native-strings.ts';
 
 const JSON_TYPE = 'application/json';
+// The constant parts of most answers, as bytes (native-strings.ts).
+const JSON_TYPE_BYTES = nativeBytes(JSON_TYPE);
+const SUCCESS_BYTES = nativeBytes(SUCCESS_BODY);
 
 let slotRes: HttpResponse | null = null;
 let slotStatus = '';
@@ -19,11 +24,12 @@ let slotHeaderValue = '';
 
 function writeCorked(): void {
   const res = slotRes!;
-  res.writeStatus(slotStatus);
-  res.writeHeader('content-type', slotType);
-  res.writeHeader('x-request-id', slotRequestId);
+  // uWS writes "200 OK" itself when no status was written: one native call less per success.
+  if (slotStatus !== OK) res.writeStatus(slotStatus);
+  res.writeHeader(H_CONTENT_TYPE, slotType === JSON_TYPE ? JSON_TYPE_BYTES : slotType);
+  res.writeHeader(H_REQUEST_ID, slotRequestId);
   if (slotHeader !== null) res.writeHeader(slotHeader, slotHeaderValue);
-  res.end(slotBody, slotClose);
+  res.end(slotBody === SUCCESS_BODY ? SUCCESS_BYTES : slotBody, slotClose);
 }
 
 export interface SendOptions {

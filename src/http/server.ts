@@ -11,6 +11,7 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { acceptsContentType, bodyEncoding } from './body.ts';
 import { Drain } from './drain.ts';
+import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
 import { decodeParam, fillParam } from './path-param.ts';
 import type { RateLimits } from './rate-limits.ts';
 import type { WriteGate } from './write-gate.ts';
@@ -68,7 +69,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
 
   const handleWrite = (route: WriteRoute, res: HttpResponse, req: HttpRequest): void => {
     const startedAt = performance.now();
-    const requestId = requestIdFor(req.getHeader('x-request-id'));
+    const requestId = requestIdFor(req.getHeader(H_REQUEST_ID));
     if (stopping) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.serviceUnavailable, SHUTTING_DOWN, CLOSE);
     let param = '';
     if (route.hasParam) {
@@ -76,7 +77,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
       if (decoded === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.notFound, 'malformed percent-encoding in the path');
       param = decoded;
     }
-    const serviceKey = req.getHeader('x-service-key');
+    const serviceKey = req.getHeader(H_SERVICE_KEY);
     const workspaceName = auth.workspaceOf(serviceKey);
     if (workspaceName === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.authentication);
     // Right after the key: a limited request costs a lookup and a subtraction, nothing more.
@@ -97,7 +98,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     // Idempotency-Key: a malformed one is refused before the body is read. (uWS cannot tell an
     // empty header from none: both mean "no key".)
     let claim: IdempotencyClaim | null = null;
-    const idempotencyKey = req.getHeader('idempotency-key');
+    const idempotencyKey = req.getHeader(H_IDEMPOTENCY_KEY);
     if (idempotencyKey !== '') {
       if (!validIdempotencyKey(idempotencyKey)) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.idempotencyKey);
       claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? fillParam(route.pattern, param) : route.pattern, idempotencyKey);
@@ -105,12 +106,12 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     let limitBytes = 0;
     let encoding: 'identity' | 'gzip' = 'identity';
     if (route.limit !== 'none') {
-      if (!acceptsContentType(req.getHeader('content-type'))) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
-      const found = bodyEncoding(req.getHeader('content-encoding'));
+      if (!acceptsContentType(req.getHeader(H_CONTENT_TYPE))) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
+      const found = bodyEncoding(req.getHeader(H_CONTENT_ENCODING));
       if (found === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       encoding = found;
       limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : route.limit === 'batch' ? settings.batchBodyLimitBytes : settings.bodyLimitBytes;
-      const declared = req.getHeader('content-length');
+      const declared = req.getHeader(H_CONTENT_LENGTH);
       if (declared !== '' && Number(declared) > limitBytes) {
         // Refused from the head, answered once the body is drained (drain.ts).
         const drain = new Drain(limitBytes, () => refuseEarly(env, route, res, requestId, startedAt, ERRORS.payloadTooLarge, undefined, CLOSE));
@@ -133,7 +134,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     allowed.set(route.pattern, methods);
   }
 
-  const idOf = (req: HttpRequest): string => requestIdFor(req.getHeader('x-request-id'));
+  const idOf = (req: HttpRequest): string => requestIdFor(req.getHeader(H_REQUEST_ID));
   app.get('/healthz', (res, req) => send(res, idOf(req), OK, '{"status":"ok"}'));
   app.get('/readyz', (res, req) => {
     const notReady = stopping ? SHUTTING_DOWN : deps.gate.notReady();
