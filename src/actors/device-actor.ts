@@ -16,24 +16,69 @@ export interface PushTokens {
   apns?: string;
 }
 
+/**
+ * What a device holds only once it identified, got a push token or logged out. Most devices
+ * only ever launch: keeping these four fields apart makes such a device 5 fields (64 bytes)
+ * instead of 8 (88 bytes), about a tenth of its memory with its two ids and its map entry.
+ */
+class DeviceExtras {
+  customer: Customer | null = null;
+  anonymous: AttributeBag | null = null;
+  tokens: PushTokens | null = null;
+  loggedOut = false;
+}
+
 export class DeviceActor {
   readonly did: string;
   sid: string;
   /** The latest launch info (interned, shared between devices with the same profile). */
   profile: LaunchInfoValue;
-  customer: Customer | null = null;
-  /** Attributes identified without a customer id while the device had no customer. */
-  anonymous: AttributeBag | null = null;
-  tokens: PushTokens | null = null;
-  loggedOut = false;
   /** Snapshot epoch: see change-tracker.ts. */
   snapEpoch: number;
+  private extras: DeviceExtras | null = null;
 
   constructor(did: string, sid: string, profile: LaunchInfoValue, epoch: number) {
     this.did = did;
     this.sid = sid;
     this.profile = profile;
     this.snapEpoch = epoch;
+  }
+
+  private more(): DeviceExtras {
+    return (this.extras ??= new DeviceExtras());
+  }
+
+  get customer(): Customer | null {
+    return this.extras === null ? null : this.extras.customer;
+  }
+
+  set customer(customer: Customer | null) {
+    if (customer !== null || this.extras !== null) this.more().customer = customer;
+  }
+
+  /** Attributes identified without a customer id while the device had no customer. */
+  get anonymous(): AttributeBag | null {
+    return this.extras === null ? null : this.extras.anonymous;
+  }
+
+  set anonymous(bag: AttributeBag | null) {
+    if (bag !== null || this.extras !== null) this.more().anonymous = bag;
+  }
+
+  get tokens(): PushTokens | null {
+    return this.extras === null ? null : this.extras.tokens;
+  }
+
+  set tokens(tokens: PushTokens | null) {
+    if (tokens !== null || this.extras !== null) this.more().tokens = tokens;
+  }
+
+  get loggedOut(): boolean {
+    return this.extras !== null && this.extras.loggedOut;
+  }
+
+  set loggedOut(loggedOut: boolean) {
+    if (loggedOut || this.extras !== null) this.more().loggedOut = loggedOut;
   }
 
   /** The reference check of track, identify and push token: the device must be active. */
@@ -44,7 +89,8 @@ export class DeviceActor {
   }
 
   get customerId(): string | null {
-    return this.customer === null ? null : this.customer.id;
+    const customer = this.customer;
+    return customer === null ? null : customer.id;
   }
 
   applyLaunch(tracker: ChangeTracker, sid: string, profile: LaunchInfoValue): void {
@@ -58,13 +104,14 @@ export class DeviceActor {
     tracker.beforeChange(this);
     if (customer !== null) this.customer = customer;
     if (info === undefined || info.length === 0) return;
-    if (this.customer !== null) this.customer.applyMerge(tracker, info);
-    else mergeAttributes((this.anonymous ??= new Map()), info);
+    const linked = this.customer;
+    if (linked !== null) linked.applyMerge(tracker, info);
+    else mergeAttributes((this.more().anonymous ??= new Map()), info);
   }
 
   applyPushToken(tracker: ChangeTracker, type: 'fcm' | 'apns', token: string): void {
     tracker.beforeChange(this);
-    (this.tokens ??= {})[type] = token;
+    (this.more().tokens ??= {})[type] = token;
   }
 
   applyLogout(tracker: ChangeTracker): void {

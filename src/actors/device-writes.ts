@@ -8,6 +8,14 @@ import { DeviceActor } from './device-actor.ts';
 import { newId } from './ids.ts';
 import type { Workspace } from './workspace.ts';
 
+/** Characters a JSON string holds as they are: our ids' alphabet (nanoid's). */
+const PLAIN = /^[A-Za-z0-9_-]*$/;
+
+/** {"did","sid"}, written out when the did needs no escaping (sid is always ours): a fifth of JSON.stringify's cost. */
+function launchAnswer(did: string, sid: string): string {
+  return PLAIN.test(did) ? '{"did":"' + did + '","sid":"' + sid + '"}' : JSON.stringify({ did, sid });
+}
+
 export class DeviceWrites {
   constructor(private readonly acceptor: Acceptor) {}
 
@@ -37,7 +45,7 @@ export class DeviceWrites {
     const did = device !== undefined ? device.did : this.newDid(ws);
     const sid = newId();
     const customer = device !== undefined ? device.customerId : null;
-    this.acceptor.accept({ kind: 'app_launch', workspace: ws.name, at, did, sid, customer, data: body }, reply, JSON.stringify({ did, sid }));
+    this.acceptor.accept({ kind: 'app_launch', workspace: ws.name, at, did, sid, customer, data: body }, reply, launchAnswer(did, sid));
   }
 
   trackEvent(ws: Workspace, body: TrackEvent, at: number, reply: Reply): void {

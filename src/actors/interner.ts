@@ -6,19 +6,146 @@ import type { LaunchInfoValue } from '../schemas/endpoints.ts';
 
 const MAX_STRINGS = 200_000;
 const MAX_PROFILES = 100_000;
+/** The most profiles kept under one hash: a launch compares with at most this many. */
+const MAX_BUCKET = 8;
+
+type Fields = Record<string, unknown>;
+
+/** One step of FNV-1a (32 bits). */
+const mix = (h: number, x: number): number => Math.imul(h ^ x, 0x01000193);
+
+function mixValue(h: number, v: unknown): number {
+  if (typeof v === 'string') {
+    for (let i = 0; i < v.length; i++) h = mix(h, v.charCodeAt(i));
+    return mix(h, 0x73);
+  }
+  // Any other value mixes in a little of itself; equal profiles hash alike, and sameProfile decides.
+  return mix(h, typeof v === 'number' ? v | 0 : v === true ? 0x74 : v === false ? 0x66 : v === undefined ? 0x75 : 0x6e);
+}
+
+const def = (v: unknown): number => (v === undefined ? 0 : 1);
+
+/** Enumerable keys, own or inherited. */
+function keyCount(o: object): number {
+  let n = 0;
+  for (const _ in o) n++;
+  return n;
+}
+
+/**
+ * A hash of the profile's values, or -1 when it holds keys other than LaunchInfo's (the schema
+ * would not let those through; such a profile is interned by its JSON text instead).
+ */
+function profileHash(info: Fields): number {
+  // LaunchInfo's fields (the schema is closed) by name: a loop over their names would make every
+  // load a megamorphic keyed one.
+  const i = info as Partial<LaunchInfoValue>;
+  let h = mixValue(0x811c9dc5 | 0, i.appVersionCode);
+  h = mixValue(h, i.appVersionName);
+  h = mixValue(h, i.sdkVersion);
+  h = mixValue(h, i.firstTime);
+  h = mixValue(h, i.deviceType);
+  h = mixValue(h, i.deviceManufacturer);
+  h = mixValue(h, i.deviceModel);
+  h = mixValue(h, i.deviceCarrier);
+  h = mixValue(h, i.osName);
+  h = mixValue(h, i.osVersion);
+  h = mixValue(h, i.platform);
+  h = mixValue(h, i.language);
+  h = mixValue(h, i.referrer);
+  let present =
+    def(i.appVersionCode) + def(i.appVersionName) + def(i.sdkVersion) + def(i.firstTime) + def(i.deviceType) + def(i.deviceManufacturer) + def(i.deviceModel) +
+    def(i.deviceCarrier) + def(i.osName) + def(i.osVersion) + def(i.platform) + def(i.language) + def(i.referrer);
+  const utm = info.utmInfo;
+  if (utm !== undefined) {
+    if (utm === null || typeof utm !== 'object' || Array.isArray(utm)) return -1;
+    present++;
+    const u = utm as Fields;
+    if (keyCount(u) !== (u.us === undefined ? 0 : 1) + (u.um === undefined ? 0 : 1) + (u.uc === undefined ? 0 : 1)) return -1;
+    h = mixValue(mixValue(mixValue(mix(h, 0x6f), u.us), u.um), u.uc);
+  }
+  if (keyCount(info) !== present) return -1;
+  // Kept within V8's small integers, so the Map key is never a boxed number.
+  return h & 0x3fffffff;
+}
+
+/** Equal values field by field; both hold LaunchInfo's keys only (profileHash checked). */
+function sameProfile(a: Partial<LaunchInfoValue>, b: Partial<LaunchInfoValue>): boolean {
+  if (
+    a.appVersionCode !== b.appVersionCode ||
+    a.appVersionName !== b.appVersionName ||
+    a.sdkVersion !== b.sdkVersion ||
+    a.firstTime !== b.firstTime ||
+    a.deviceType !== b.deviceType ||
+    a.deviceManufacturer !== b.deviceManufacturer ||
+    a.deviceModel !== b.deviceModel ||
+    a.deviceCarrier !== b.deviceCarrier ||
+    a.osName !== b.osName ||
+    a.osVersion !== b.osVersion ||
+    a.platform !== b.platform ||
+    a.language !== b.language ||
+    a.referrer !== b.referrer
+  ) {
+    return false;
+  }
+  const ua = a.utmInfo;
+  const ub = b.utmInfo;
+  if (ua === undefined || ub === undefined) return ua === ub;
+  return ua.us === ub.us && ua.um === ub.um && ua.uc === ub.uc;
+}
 
 export class ProfileInterner {
   private strings = new Map<string, string>();
-  private profiles = new Map<string, LaunchInfoValue>();
+  /**
+   * Profiles by the hash of their values (issue 19: a JSON.stringify key per launch was a launch's
+   * most expensive step of its own, ~1.4 µs with its hashing; this is a few hundred ns, keeps no
+   * key strings, and the same fields in another order share a profile). Profiles whose hashes
+   * collide share an array of at most MAX_BUCKET.
+   */
+  private profiles = new Map<number, LaunchInfoValue | LaunchInfoValue[]>();
+  /** Profiles with keys LaunchInfo does not have (not from a validated body), by their JSON. */
+  private odd = new Map<string, LaunchInfoValue>();
+  private count = 0;
 
   intern(info: LaunchInfoValue): LaunchInfoValue {
+    const fields = info as unknown as Fields;
+    const h = profileHash(fields);
+    if (h < 0) return this.internOdd(info);
+    const known = this.profiles.get(h);
+    if (known !== undefined) {
+      if (!Array.isArray(known)) {
+        if (sameProfile(known, info)) return known;
+      } else {
+        for (const p of known) if (sameProfile(p, info)) return p;
+      }
+    }
+    const profile = this.internStrings(info);
+    if (this.count >= MAX_PROFILES) this.forgetProfiles();
+    const current = this.profiles.get(h);
+    if (current === undefined) this.profiles.set(h, profile);
+    // A full bucket (profiles made to collide) keeps what it has: the new one is not shared.
+    else if (!Array.isArray(current)) this.profiles.set(h, [current, profile]);
+    else if (current.length < MAX_BUCKET) current.push(profile);
+    else return profile;
+    this.count++;
+    return profile;
+  }
+
+  private internOdd(info: LaunchInfoValue): LaunchInfoValue {
     const key = JSON.stringify(info);
-    const known = this.profiles.get(key);
+    const known = this.odd.get(key);
     if (known !== undefined) return known;
     const profile = this.internStrings(info);
-    if (this.profiles.size >= MAX_PROFILES) this.profiles = new Map();
-    this.profiles.set(key, profile);
+    if (this.count >= MAX_PROFILES) this.forgetProfiles();
+    this.count++;
+    this.odd.set(key, profile);
     return profile;
+  }
+
+  private forgetProfiles(): void {
+    this.profiles = new Map();
+    this.odd = new Map();
+    this.count = 0;
   }
 
   private internString(s: string): string {

@@ -3,11 +3,11 @@
 import { CatalogActor } from './catalog-actor.ts';
 import { NO_TRACKING, type ChangeTracker } from './change-tracker.ts';
 import { Customer } from './customer.ts';
-import type { DeviceActor } from './device-actor.ts';
+import { DeviceMap } from './device-map.ts';
 
 export class Workspace {
   readonly name: string;
-  readonly devices = new Map<string, DeviceActor>();
+  readonly devices = new DeviceMap();
   readonly customers = new Map<string, Customer>();
   readonly catalog: CatalogActor;
   readonly tracker: ChangeTracker;
