@@ -11,6 +11,7 @@
 //   npm run bench:mapping -- [seconds=10] [mappingClients=1] [rounds=3] [wrk|autocannon]
 import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { trackEventLoad, type TrackLatency } from './lib/load.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
@@ -23,6 +24,9 @@ const generator = process.argv[5] ?? (wrkInstalled() ? 'wrk' : 'autocannon');
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const IDS = 100_000;
 const CONNECTIONS = 256;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** The 1-minute load average: what else the machine is running. */
+const loadAverage = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
 
 async function trackEvents(server: RunningServer, dids: string[]): Promise<TrackLatency> {
   if (generator !== 'wrk') return trackEventLoad(server.url, BENCH_KEY, dids, CONNECTIONS, seconds);
@@ -33,20 +37,37 @@ async function trackEvents(server: RunningServer, dids: string[]): Promise<Track
   return { requests: r.requests, p50: r.p50Ms, p99: r.p99Ms, max: r.maxMs, non2xx: r.non2xx, seconds: (performance.now() - started) / 1000 };
 }
 
-/** Mapping clients, each its own process, looping until stopped. */
-function mappingLoad(server: RunningServer, clients: number): { stop(): Promise<{ ids: number; requests: number; seconds: number; failures: number }> } {
+interface MappingReport {
+  ids: number;
+  requests: number;
+  seconds: number;
+  failures: number;
+}
+
+/** Mapping clients, each its own process, looping until stopped; `started` once each had an answer. */
+function mappingLoad(server: RunningServer, clients: number): { started: Promise<void>; stop(): Promise<MappingReport> } {
   const children = Array.from({ length: clients }, (_, c) =>
     spawn(process.execPath, ['--import', 'tsx', 'bench/lib/mapping-client.ts', server.url, BENCH_KEY, `bench-${c}`, String(IDS)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] }),
   );
+  const starts: Array<Promise<void>> = [];
   const reports = children.map(
     (child) =>
-      new Promise<{ ids: number; requests: number; seconds: number; failures: number }>((resolve) => {
+      new Promise<MappingReport>((resolve) => {
         let out = '';
-        child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-        child.once('close', () => resolve(JSON.parse(out)));
+        let markStarted: () => void = () => undefined;
+        starts.push(new Promise((r) => (markStarted = r)));
+        child.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.startsWith('started\n')) markStarted();
+        });
+        child.once('close', () => {
+          markStarted();
+          resolve(JSON.parse(out.replace(/^started\n/, '')));
+        });
       }),
   );
   return {
+    started: Promise.all(starts).then(() => undefined),
     async stop() {
       for (const child of children) child.kill('SIGTERM');
       const all = await Promise.all(reports);
@@ -69,15 +90,25 @@ async function run(workers: number): Promise<string> {
       await fetch(`${server.url}/collection`, { method: 'POST', headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, body: JSON.stringify({ id: `bench-${c}`, name: 'bench' }) });
     }
     const dids = await someDevices(target, 200);
-    await trackEvents(server, dids); // warm up
+    // Warm-up: track events alone, then beside the mapping clients.
+    await trackEvents(server, dids);
+    const warm = mappingLoad(server, mappingClients);
+    await warm.started;
+    await trackEvents(server, dids);
+    await warm.stop();
     const without: TrackLatency[] = [];
     const withLoad: TrackLatency[] = [];
+    const loads: string[] = [];
     const applied = { ids: 0, requests: 0, seconds: 0, failures: 0 };
     for (let round = 0; round < rounds; round++) {
+      await sleep(500); // the last mapping of the round before is answered
       without.push(await trackEvents(server, dids));
+      const quietLoad = loadAverage();
       const load = mappingLoad(server, mappingClients);
-      await new Promise((r) => setTimeout(r, 1500)); // the mapping clients start and get going
+      await load.started;
+      await sleep(500); // the clients' next bodies are on their way
       withLoad.push(await trackEvents(server, dids));
+      loads.push(`${quietLoad.toFixed(1)} / ${loadAverage().toFixed(1)}`);
       const mapping = await load.stop();
       applied.ids += mapping.ids;
       applied.requests += mapping.requests;
@@ -86,7 +117,7 @@ async function run(workers: number): Promise<string> {
     }
     const m = (list: TrackLatency[], key: 'p50' | 'p99' | 'max' | 'requests') => median(list.map((l) => l[key]));
     const ratio = m(withLoad, 'p99') / Math.max(1, m(without, 'p99'));
-    return `| ${workers === 0 ? 'off (main thread)' : `${workers} worker${workers > 1 ? 's' : ''}`} | ${m(without, 'p50')} / ${m(without, 'p99')} / ${m(without, 'max')} | ${m(withLoad, 'p50')} / ${m(withLoad, 'p99')} / ${m(withLoad, 'max')} | ${ratio.toFixed(2)} (${withLoad.map((w, i) => (w.p99 / Math.max(1, without[i]!.p99)).toFixed(2)).join(', ')}) | ${Math.round(applied.ids / applied.seconds).toLocaleString('en')} (${applied.requests} requests, ${applied.failures} failed) | ${Math.round(m(without, 'requests') / seconds).toLocaleString('en')} / ${Math.round(m(withLoad, 'requests') / seconds).toLocaleString('en')} |`;
+    return `| ${workers === 0 ? 'off (main thread)' : `${workers} worker${workers > 1 ? 's' : ''}`} | ${m(without, 'p50')} / ${m(without, 'p99')} / ${m(without, 'max')} | ${m(withLoad, 'p50')} / ${m(withLoad, 'p99')} / ${m(withLoad, 'max')} | ${ratio.toFixed(2)} (${withLoad.map((w, i) => (w.p99 / Math.max(1, without[i]!.p99)).toFixed(2)).join(', ')}) | ${Math.round(applied.ids / applied.seconds).toLocaleString('en')} (${applied.requests} requests, ${applied.failures} failed) | ${Math.round(m(without, 'requests') / seconds).toLocaleString('en')} / ${Math.round(m(withLoad, 'requests') / seconds).toLocaleString('en')} | ${loads.join(', ')} |`;
   } finally {
     await server.stop();
   }
@@ -101,7 +132,7 @@ async function main(): Promise<void> {
   }
   printTable(
     `mapping ${new Date().toISOString()}: ${mappingClients} clients looping ${IDS.toLocaleString('en')}-id mapping requests (add, remove, ...) beside track events at ${CONNECTIONS} connections from ${generator === 'wrk' ? 'wrk -t1' : 'autocannon'}, ${seconds} s per measurement, medians of ${rounds} alternating rounds`,
-    ['mapping parse', 'track p50 / p99 / max ms, no mappings', 'with mappings', 'p99 ratio, median (each round) — target ≤ 2', 'mapping ids applied / s', 'track req/s without / with'],
+    ['mapping parse', 'track p50 / p99 / max ms, no mappings', 'with mappings', 'p99 ratio, median (each round) — target ≤ 2', 'mapping ids applied / s', 'track req/s without / with', 'load average without / with, each round'],
     rows,
   );
 }

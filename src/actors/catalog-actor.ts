@@ -6,7 +6,6 @@ import { detail, MAX_DETAILS, type ValidationDetail } from '../schemas/details.t
 import type { Collection, Product } from '../schemas/endpoints.ts';
 import { CatalogMailbox } from './catalog-mailbox.ts';
 import type { ChangeTracker } from './change-tracker.ts';
-import type { MappingIds } from './mapping-ids.ts';
 
 /** Sets each present field, removes each field sent as null, keeps absent ones. */
 function mergeFields(target: Record<string, unknown>, body: Record<string, unknown>): void {
@@ -88,24 +87,11 @@ export class CatalogActor {
     return this.collections.has(body.id) || body.name !== undefined ? null : [detail.required(['name'])];
   }
 
-  /**
-   * Add: every listed product must exist; one detail per distinct missing id, at the index of its
-   * first occurrence. Checks ids[from, to) so that big requests can be checked in slices.
-   */
-  missingProducts(mapping: MappingIds, from: number, to: number, found: ValidationDetail[]): void {
-    for (let i = from; i < to && found.length < MAX_DETAILS; i++) {
-      const id = mapping.ids[i]!;
-      if (!this.products.has(id)) found.push(detail.productNotFound(mapping.firstIndex[i]!, id));
-    }
-  }
-
-  /** missingProducts that also collects the products it finds, in order, into `found`. */
-  findProducts(mapping: MappingIds, from: number, to: number, found: CatalogProduct[], missing: ValidationDetail[]): void {
-    for (let i = from; i < to && missing.length < MAX_DETAILS; i++) {
-      const id = mapping.ids[i]!;
-      const product = this.products.get(id);
-      if (product === undefined) missing.push(detail.productNotFound(mapping.firstIndex[i]!, id));
-      else found.push(product);
+  /** Add: every listed product must exist; one detail per distinct missing id, at the index of its first occurrence. */
+  missingProducts(ids: readonly string[], firstIndex: ArrayLike<number>, found: ValidationDetail[]): void {
+    for (let i = 0; i < ids.length && found.length < MAX_DETAILS; i++) {
+      const id = ids[i]!;
+      if (!this.products.has(id)) found.push(detail.productNotFound(firstIndex[i]!, id));
     }
   }
 
@@ -194,12 +180,27 @@ export class CatalogActor {
   }
 }
 
+/**
+ * A membership change built beside the live member set, in steps small enough for one turn each:
+ * a remove first names the products that leave (remove()), then the members that stay are copied
+ * (copyMembers(); nothing to copy when every member leaves), then an add appends its products
+ * (add()). The live set is not touched until commit(). Per id, only the staged set and a remove's
+ * list of leaving ids are kept (the staged set's first `kept` entries are the copied members, the
+ * rest the added ones: that is all abortSome() needs to undo the back-links).
+ */
 export class StagedMembership {
   private readonly next = new Set<string>();
   private readonly old: IterableIterator<string>;
+  private copying = false;
   private copied = false;
-  private readonly linked: CatalogProduct[] = [];
-  private readonly unlinked: string[] = [];
+  /** Members copied from the live set: the first `kept` entries of `next`. */
+  private kept = 0;
+  /** Ids of the members a remove takes out (unlinked already), and as a set once copying starts. */
+  private readonly leaving: string[] = [];
+  private leavingSet: Set<string> | null = null;
+  private undo: Iterator<string> | null = null;
+  private undoPhase = 0;
+  private undoIndex = 0;
 
   constructor(
     private readonly catalog: CatalogActor,
@@ -208,16 +209,34 @@ export class StagedMembership {
     this.old = collection.members.values();
   }
 
-  /** Copies up to `count` current members, except those in `leaving`; true when all are copied. */
-  copyMembers(count: number, leaving: ReadonlySet<string> | null): boolean {
+  /** Remove, before any copying: takes `product` out if it is a member (unlinks it now). */
+  remove(product: CatalogProduct): void {
+    if (this.copying) throw new Error('StagedMembership.remove after copyMembers started');
+    if (!this.collection.members.has(product.id)) return;
+    product.unlink(this.collection.id);
+    this.leaving.push(product.id);
+  }
+
+  /** Copies up to `count` current members, but the leaving ones; true when all are copied. */
+  copyMembers(count: number): boolean {
+    this.copying = true;
+    if (this.copied) return true;
+    const leaving = this.leaving;
+    // Every member leaves (ids are distinct, and each was a member): nothing to copy.
+    if (leaving.length === this.collection.members.size) return (this.copied = true);
+    if (leaving.length > 0 && (this.leavingSet === null || this.leavingSet.size < leaving.length)) {
+      const set = (this.leavingSet ??= new Set());
+      for (let i = set.size, end = Math.min(leaving.length, set.size + count); i < end; i++) set.add(leaving[i]!);
+      return false;
+    }
+    const leavingSet = this.leavingSet;
     for (let i = 0; i < count; i++) {
       const step = this.old.next();
       if (step.done === true) return (this.copied = true);
       const productId = step.value;
-      if (leaving !== null && leaving.has(productId)) {
-        this.catalog.products.get(productId)?.unlink(this.collection.id);
-        this.unlinked.push(productId);
-      } else this.next.add(productId);
+      if (leavingSet !== null && leavingSet.has(productId)) continue;
+      this.next.add(productId);
+      this.kept++;
     }
     return false;
   }
@@ -225,10 +244,9 @@ export class StagedMembership {
   /** Adds an existing product (after all members were copied). */
   add(product: CatalogProduct): void {
     if (!this.copied) throw new Error('StagedMembership.add before copyMembers finished');
-    if (this.next.has(product.id)) return;
+    const size = this.next.size;
     this.next.add(product.id);
-    product.link(this.collection.id);
-    this.linked.push(product);
+    if (this.next.size !== size) product.link(this.collection.id);
   }
 
   /** Makes the staged set the collection's members, in one step. */
@@ -237,9 +255,29 @@ export class StagedMembership {
     this.collection.members = this.next;
   }
 
-  /** Undoes the back-links of a change that will not be committed. */
-  abort(): void {
-    for (const product of this.linked) product.unlink(this.collection.id);
-    for (const productId of this.unlinked) this.catalog.products.get(productId)?.link(this.collection.id);
+  /**
+   * Undoes the back-links of a change that will not be committed, up to `count` ids per call;
+   * true when done: unlinks the added products, then links the leaving ones back.
+   */
+  abortSome(count: number): boolean {
+    const { products } = this.catalog;
+    const id = this.collection.id;
+    for (let n = 0; n < count; n++) {
+      if (this.undo === null) {
+        if (this.undoPhase === 0) this.undo = this.next.values();
+        else if (this.undoPhase === 1) this.undo = this.leaving.values();
+        else return true;
+      }
+      const step = this.undo.next();
+      if (step.done === true) {
+        this.undo = null;
+        this.undoPhase++;
+        continue;
+      }
+      if (this.undoPhase === 0) {
+        if (this.undoIndex++ >= this.kept) products.get(step.value)?.unlink(id);
+      } else products.get(step.value)?.link(id);
+    }
+    return false;
   }
 }

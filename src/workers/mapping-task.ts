@@ -6,7 +6,7 @@ import { getHeapStatistics } from 'node:v8';
 import { resourceLimits } from 'node:worker_threads';
 import { inflateBody, parseJsonObject, type Encoding } from '../http/body.ts';
 import { bodyFingerprint } from '../idempotency/claim.ts';
-import { distinctIds } from '../actors/mapping-ids.ts';
+import { dedupe } from '../actors/mapping-ids.ts';
 import { packIds } from '../journal/packed-ids.ts';
 import { mappingBody } from '../schemas/endpoints.ts';
 import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
@@ -63,7 +63,7 @@ export default function parseMapping(task: MappingTask): MappingTaskResult {
     throw error;
   }
   if (details !== null) return { kind: 'invalid', details };
-  const { ids, firstIndex } = distinctIds(decoded.body.products as string[]);
+  const { ids, firstIndex } = dedupe(decoded.body.products as string[]);
   const lengths = new Uint16Array(ids.length);
   for (let i = 0; i < ids.length; i++) lengths[i] = ids[i]!.length;
   const fingerprint = task.fingerprint ? bodyFingerprint(inflated.raw) : null;
