@@ -20,6 +20,7 @@ import { ERRORS } from './http/errors.ts';
 import type { WriteGate } from './http/write-gate.ts';
 import { GET_PATHS, startHttpServer } from './http/server.ts';
 import { buildBatchRoute } from './http/batch.ts';
+import { defaultYoungGenerationForWorkers } from './workers/young-generation.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal, NotLeadingError, RemoteCommitError } from './journal/journal.ts';
 import { JournalGap, recover } from './journal/recovery.ts';
@@ -97,6 +98,7 @@ function clusterGate(node: ClusterNode): WriteGate {
 }
 
 async function main(): Promise<void> {
+  defaultYoungGenerationForWorkers();
   const settings = readSettings();
   if (settings === null) return;
   const log = createLogger(settings.logLevel);
