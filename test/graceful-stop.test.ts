@@ -64,3 +64,19 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     });
   });
 }
+
+describe('a stop right after a start', () => {
+  // Node 20 aborts the process (FATAL ERROR: v8::Module::IsGraphAsync, exit 134) when a mapping
+  // worker is terminated while it is still loading its task module; the pool now waits for its
+  // workers to load before ending them (mapping-pool.ts). Before: 5 aborts in 135 such stops.
+  test('SIGTERM as soon as the first write is answered exits 0, every time', async () => {
+    const CYCLES = 15;
+    const codes: Array<number | null> = [];
+    for (let i = 0; i < CYCLES; i++) {
+      const server = await startServer({ dataDir: tempDataDir() });
+      await launch(server);
+      codes.push(await server.stop());
+    }
+    assert.deepEqual(codes, Array<number>(CYCLES).fill(0));
+  });
+});
