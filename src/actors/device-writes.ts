@@ -3,18 +3,10 @@
 import { detail } from '../schemas/details.ts';
 import type { DeviceRecord } from '../journal/records.ts';
 import type { AppLaunch, Identify, Logout, PushToken, TrackEvent } from '../schemas/endpoints.ts';
-import { SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
+import { launchAnswer, SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
 import { DeviceActor } from './device-actor.ts';
 import { newId } from './ids.ts';
 import type { Workspace } from './workspace.ts';
-
-/** Characters a JSON string holds as they are: our ids' alphabet (nanoid's). */
-const PLAIN = /^[A-Za-z0-9_-]*$/;
-
-/** {"did","sid"}, written out when the did needs no escaping (sid is always ours): a fifth of JSON.stringify's cost. */
-function launchAnswer(did: string, sid: string): string {
-  return PLAIN.test(did) ? '{"did":"' + did + '","sid":"' + sid + '"}' : JSON.stringify({ did, sid });
-}
 
 export class DeviceWrites {
   constructor(private readonly acceptor: Acceptor) {}

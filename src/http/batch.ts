@@ -26,6 +26,7 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import { BatchItem, type ItemOwner } from './batch-item.ts';
 import { ItemRouter } from './batch-paths.ts';
 import { itemBodySlices } from './batch-slices.ts';
+import { bodyLimitBytes } from './body.ts';
 import { ERRORS } from './errors.ts';
 import { fillParam } from './path-param.ts';
 import type { PendingRequest, WriteRoute } from './pending-request.ts';
@@ -35,7 +36,7 @@ import type { WriteGate } from './write-gate.ts';
 export const BATCH_PATH = '/batch';
 
 export interface BatchDependencies {
-  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes'>;
+  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>;
   /** The write routes an item may name. */
   routes: readonly WriteRoute[];
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
@@ -63,7 +64,7 @@ interface ItemBytes {
   prints: Uint32Array | null;
 }
 
-function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean): ItemBytes {
+function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean, batchKeyed: boolean): ItemBytes {
   const n = requests.length;
   const sizes = new Int32Array(n).fill(-1);
   const prints = keyed ? new Uint32Array(n * 2) : null;
@@ -77,7 +78,8 @@ function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSi
     // Not expected (the scan follows JSON.parse); compact JSON is what most clients send alone.
     else bytes = Buffer.from(JSON.stringify(item.body));
     sizes[i] = bytes.length;
-    if (prints !== null) {
+    // Only an item with a key (its own, or the batch's) is ever fingerprinted.
+    if (prints !== null && (batchKeyed || (typeof item.idempotencyKey === 'string' && item.idempotencyKey !== ''))) {
       const [f0, f1] = bodyFingerprint(bytes);
       prints[2 * i] = f0;
       prints[2 * i + 1] = f1;
@@ -181,8 +183,7 @@ class BatchRun implements ItemOwner {
     let body: Record<string, unknown> | null = null;
     if (route.limit === 'none') item.idempotency?.fingerprint(bodyFingerprint());
     else {
-      const limitBytes = route.limit === 'mapping' ? deps.settings.mappingBodyLimitBytes : deps.settings.bodyLimitBytes;
-      if (this.bytes.sizes[item.index]! > limitBytes) return item.error(ERRORS.payloadTooLarge);
+      if (this.bytes.sizes[item.index]! > bodyLimitBytes(route.limit, deps.settings)) return item.error(ERRORS.payloadTooLarge);
       if (spec.body === undefined) return item.malformed('request body is empty');
       if (!isObject(spec.body)) return item.malformed('request body must be a JSON object');
       body = spec.body;
@@ -235,7 +236,7 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
       let keyed = batchKey !== null;
       for (let i = 0; i < n && !keyed; i++) keyed = typeof requests[i]!.idempotencyKey === 'string';
       const raw = request.rawBody!;
-      const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed);
+      const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
       new BatchRun(context, request, requests, bytes, batchKey).run();
     },
   };

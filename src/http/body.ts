@@ -1,6 +1,12 @@
 // Request body rules of CONTRACT.md §2: accepted content types and encodings, gzip inflation
 // under the same size limit, and JSON that must be an object.
 import { gunzipSync } from 'node:zlib';
+import type { Settings } from '../config/settings.ts';
+
+/** The body limit of a route's kind (inflated size too): the mapping and batch endpoints have their own. */
+export function bodyLimitBytes(limit: 'body' | 'mapping' | 'batch', settings: Pick<Settings, 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>): number {
+  return limit === 'mapping' ? settings.mappingBodyLimitBytes : limit === 'batch' ? settings.batchBodyLimitBytes : settings.bodyLimitBytes;
+}
 
 /** application/json (any parameters), text/plain, or no content-type at all. */
 export function acceptsContentType(header: string): boolean {

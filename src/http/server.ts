@@ -9,7 +9,7 @@ import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
-import { acceptsContentType, bodyEncoding } from './body.ts';
+import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
 import { Drain } from './drain.ts';
 import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
 import { decodeParam, fillParam } from './path-param.ts';
@@ -110,7 +110,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
       const found = bodyEncoding(req.getHeader(H_CONTENT_ENCODING));
       if (found === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       encoding = found;
-      limitBytes = route.limit === 'mapping' ? settings.mappingBodyLimitBytes : route.limit === 'batch' ? settings.batchBodyLimitBytes : settings.bodyLimitBytes;
+      limitBytes = bodyLimitBytes(route.limit, settings);
       const declared = req.getHeader(H_CONTENT_LENGTH);
       if (declared !== '' && Number(declared) > limitBytes) {
         // Refused from the head, answered once the body is drained (drain.ts).
