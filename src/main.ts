@@ -15,10 +15,13 @@ import { helpText, parseSettings, SettingsError, type Settings } from './config/
 import { packageVersion } from './config/version.ts';
 import { Delivery } from './delivery/delivery.ts';
 import { KeyTable } from './idempotency/key-table.ts';
-import { RateLimits } from './http/rate-limits.ts';
+import { RateLimits, type RateLimiter } from './http/rate-limits.ts';
 import { ERRORS } from './http/errors.ts';
 import type { WriteGate } from './http/write-gate.ts';
-import { GET_PATHS, startHttpServer } from './http/server.ts';
+import { GET_PATHS, startHttpServer, type HttpServer } from './http/server.ts';
+import { EdgeThreads } from './state/edge-threads.ts';
+import { CommandExecutor } from './state/command-executor.ts';
+import { SharedRateLimits } from './edge/shared-rate-limits.ts';
 import { buildBatchRoute } from './http/batch.ts';
 import { defaultYoungGenerationForWorkers } from './workers/young-generation.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
@@ -211,24 +214,52 @@ async function main(): Promise<void> {
 
   const validators = buildValidators(settings);
   const pool = new MappingPool(settings);
-  const writeRoutes = buildWriteRoutes({ intake, validators, metrics, pool, mappingMaxItems: settings.mappingMaxItems });
-  const rateLimits = new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
+  const writeRoutes = buildWriteRoutes({ intake, validators, metrics, pool, offload: (size, encoding) => pool.shouldOffload(size, encoding), mappingMaxItems: settings.mappingMaxItems });
+  const edgeThreads = settings.httpThreads > 1;
+  // With edge threads every thread takes from the same buckets (CONTRACT.md §9: a limit is per key).
+  const rateLimits: RateLimiter = edgeThreads && settings.rateLimitPerSecond > 0 ? SharedRateLimits.create(settings.rateLimitPerSecond, settings.rateLimitBurst) : new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
   metrics.watchRateLimits(rateLimits);
   const gate = node === null ? singleNodeGate(journal) : clusterGate(node);
   // POST /batch runs its items through the write routes above (CONTRACT.md §13).
   const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
-  const server = await startHttpServer({
-    settings,
-    auth,
-    workspaces,
-    routes,
-    metrics,
-    log,
-    openApiJson: JSON.stringify(buildOpenApi(routes, version)),
-    rateLimits,
-    gate,
-    clusterStatus: node === null ? null : () => node!.status(),
-  });
+  const openApiJson = JSON.stringify(buildOpenApi(routes, version));
+  const clusterStatus = node === null ? null : () => Promise.resolve(JSON.stringify(node!.status()));
+  let server: HttpServer;
+  if (edgeThreads) {
+    // HTTP_THREADS > 1: edge threads do the HTTP work; this thread is the state thread.
+    const threads = await EdgeThreads.start({
+      count: settings.httpThreads,
+      argv: process.argv.slice(2),
+      env: process.env,
+      host: settings.host,
+      port: settings.port,
+      keys: () => auth.storedKeys,
+      gate,
+      rateLimits: rateLimits instanceof SharedRateLimits ? rateLimits.buffer : null,
+      openApiJson,
+      clusterStatus,
+      sink: new CommandExecutor(routes, workspaces, gate, settings, log),
+      metrics,
+      log,
+    });
+    auth.keysChanged = (keys) => threads.keysChanged(keys);
+    server = threads;
+  } else {
+    metrics.watchHttpThreads(() => 1);
+    server = await startHttpServer({
+      settings,
+      auth,
+      workspaces,
+      link: null,
+      routes,
+      metricsText: async () => ({ text: await metrics.registry.metrics(), contentType: metrics.registry.contentType }),
+      log,
+      openApiJson,
+      rateLimits,
+      gate,
+      clusterStatus,
+    });
+  }
   if (node !== null) {
     const host = settings.host === '0.0.0.0' || settings.host === '::' ? hostname() : settings.host;
     node.elect(settings.nodeName !== '' ? settings.nodeName : `${hostname()}:${server.port}`, `http://${host}:${server.port}`);
@@ -266,6 +297,9 @@ async function main(): Promise<void> {
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
     const failure = journal.commitFailure;
     log.info({ durationMs: Date.now() - startedAt, journalFailed: failure !== null }, 'stopped');
+    // Edge threads close their connections first: a thread still holding uWS handles at exit
+    // aborts Node.
+    await server.close();
     // Exit 1 tells a supervisor the journal had failed: fix the disk, then restart.
     process.exit(failure === null ? 0 : 1);
   };
@@ -274,7 +308,7 @@ async function main(): Promise<void> {
   process.on('SIGUSR2', () => void schedule.snapshotNow('SIGUSR2'));
   // Logged only once the handlers above are in place: a supervisor that signals as soon as it
   // reads "listening" must get a graceful stop, not Node's default exit.
-  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
+  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, httpThreads: settings.httpThreads, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
 }
 
 main().catch((error: unknown) => {

@@ -5,7 +5,7 @@
 // bounded cache of recently seen keys spares most requests the sha256; it is dropped whenever
 // the stored keys change, so a revocation takes effect at once.
 import type { Logger } from '../telemetry/logger.ts';
-import { createFirstKey, hashKey, type KeySource } from './key-store.ts';
+import { createFirstKey, hashKey, type KeyRecord, type KeySource } from './key-store.ts';
 
 const CACHE_MAX_KEYS = 10_000;
 const MAX_KEY_LENGTH = 256;
@@ -34,11 +34,20 @@ export class Authenticator {
   /** The first start could not be decided yet (source unreachable): retried on every poll. */
   private firstStartPending: ((key: string) => void) | null = null;
   private stopped = false;
+  /** The stored keys last read (revoked ones too), for edge threads (keysChanged). */
+  private lastList: KeyRecord[] = [];
+  /** Told every stored key whenever they change: the main thread passes them to its edge threads. */
+  keysChanged: ((keys: KeyRecord[]) => void) | null = null;
 
   constructor(source: KeySource, envKeys: Map<string, string>, log: Logger | null = null) {
     this.source = source;
     this.envKeys = envKeys;
     this.log = log;
+  }
+
+  /** The stored keys last read. */
+  get storedKeys(): KeyRecord[] {
+    return this.lastList;
   }
 
   /** The workspace of `key`, or null for a missing, unknown or revoked key. */
@@ -128,6 +137,8 @@ export class Authenticator {
         this.storedByHash = byHash;
         this.cache = new Map();
         this.version = version;
+        this.lastList = keys;
+        this.keysChanged?.(keys);
       }
       if (this.unreachable) {
         this.unreachable = false;

@@ -29,8 +29,8 @@ import { itemBodySlices } from './batch-slices.ts';
 import { bodyLimitBytes } from './body.ts';
 import { ERRORS } from './errors.ts';
 import { fillParam } from './path-param.ts';
-import type { PendingRequest, WriteRoute } from './pending-request.ts';
-import type { RateLimits } from './rate-limits.ts';
+import type { WriteRequest, WriteRoute } from './pending-request.ts';
+import type { RateLimiter } from './rate-limits.ts';
 import type { WriteGate } from './write-gate.ts';
 
 export const BATCH_PATH = '/batch';
@@ -42,7 +42,7 @@ export interface BatchDependencies {
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
   otherPaths: readonly string[];
   gate: WriteGate;
-  rateLimits: RateLimits;
+  rateLimits: RateLimiter;
   metrics: Metrics;
   log: Logger;
 }
@@ -88,6 +88,19 @@ function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSi
   return { sizes, prints };
 }
 
+/**
+ * What a batch needs of its request beyond a write's: the raw body (item sizes and fingerprints)
+ * and the service key (its tokens). A request sent alone (PendingRequest) and a command on the
+ * state thread (StateRequest) both are one.
+ */
+export interface BatchRequest extends WriteRequest {
+  readonly requestId: string;
+  readonly serviceKey: string;
+  /** The decoded body's bytes while validate() and apply() run. */
+  readonly rawBody: Buffer | null;
+  rateLimited(retryAfterSeconds: number, message?: string): void;
+}
+
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
@@ -104,7 +117,7 @@ class BatchRun implements ItemOwner {
 
   constructor(
     private readonly context: BatchContext,
-    private readonly request: PendingRequest,
+    private readonly request: BatchRequest,
     private readonly requests: readonly BatchItemSpec[],
     private readonly bytes: ItemBytes,
     private readonly batchKey: string | null,
@@ -191,7 +204,7 @@ class BatchRun implements ItemOwner {
       if (prints !== null) item.idempotency?.fingerprint([prints[2 * item.index]!, prints[2 * item.index + 1]!]);
     }
     try {
-      route.handle(item, body);
+      if (route.validate(item, body)) route.apply(item, body);
     } catch (error) {
       if (error instanceof BodyTooDeepError) return item.malformed(error.message);
       item.crashed(error);
@@ -211,33 +224,46 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
     pattern: BATCH_PATH,
     limit: 'batch',
     hasParam: false,
+    readsRawBody: true,
     doc: {
       summary: 'Many writes in one request: each item is handled exactly as the same request alone, in order; one result per item',
       body: envelope.schema,
       result: BatchResults,
     },
     metrics: deps.metrics.route('batch'),
-    // The server hands every route its PendingRequest; the batch needs its raw body and key.
-    handle(request: PendingRequest, body: Record<string, unknown> | null): void {
+    // The edge half: the envelope (422) and the other n - 1 tokens (429). The server hands every
+    // route its request: a batch's is a BatchRequest.
+    validate(request: WriteRequest, body: Record<string, unknown> | null): boolean {
       const details = envelope.validate(body);
-      if (details !== null) return request.invalid(details);
-      const requests = (body as { requests: BatchItemSpec[] }).requests;
-      const n = requests.length;
+      if (details !== null) {
+        request.invalid(details);
+        return false;
+      }
+      const n = (body as { requests: BatchItemSpec[] }).requests.length;
       // One token was taken before the body was read; a batch of n items takes n in all.
       if (rateLimits.enabled && n > 1) {
-        const retryAfterSeconds = rateLimits.take(request.serviceKey, performance.now(), n - 1);
+        const batch = request as BatchRequest;
+        const retryAfterSeconds = rateLimits.take(batch.serviceKey, performance.now(), n - 1);
         if (retryAfterSeconds > 0) {
-          rateLimits.refund(request.serviceKey, 1);
+          rateLimits.refund(batch.serviceKey, 1);
           const message = n > rateLimits.burst ? `a batch of ${n} items needs ${n} rate-limit tokens, more than this key's burst of ${rateLimits.burst}: send at most ${rateLimits.burst} items per batch` : undefined;
-          return request.rateLimited(retryAfterSeconds, message);
+          batch.rateLimited(retryAfterSeconds, message);
+          return false;
         }
       }
-      const batchKey = request.idempotency?.key ?? null;
+      return true;
+    },
+    // The state half: the items, each through its route's own two halves, in order.
+    apply(request: WriteRequest, body: Record<string, unknown> | null): void {
+      const batch = request as BatchRequest;
+      const requests = (body as { requests: BatchItemSpec[] }).requests;
+      const n = requests.length;
+      const batchKey = batch.idempotency?.key ?? null;
       let keyed = batchKey !== null;
       for (let i = 0; i < n && !keyed; i++) keyed = typeof requests[i]!.idempotencyKey === 'string';
-      const raw = request.rawBody!;
+      const raw = batch.rawBody!;
       const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
-      new BatchRun(context, request, requests, bytes, batchKey).run();
+      new BatchRun(context, batch, requests, bytes, batchKey).run();
     },
   };
 }

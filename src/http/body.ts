@@ -28,7 +28,8 @@ export function bodyEncoding(header: string): Encoding | null {
 }
 
 export type DecodeError = { ok: false; error: 'tooLarge' | 'malformed'; message: string };
-export type DecodeResult = { ok: true; body: Record<string, unknown> } | DecodeError;
+/** `text`: the body as the string it was parsed from (an edge sends it on to the state). */
+export type DecodeResult = { ok: true; body: Record<string, unknown>; text: string } | DecodeError;
 
 /** Inflates a gzip body under the size limit (identity bodies pass through). */
 export function inflateBody(bytes: Buffer, encoding: Encoding, limitBytes: number): { ok: true; raw: Buffer } | DecodeError {
@@ -47,13 +48,14 @@ export function inflateBody(bytes: Buffer, encoding: Encoding, limitBytes: numbe
 export function parseJsonObject(raw: Buffer): DecodeResult {
   if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
   let parsed: unknown;
+  const text = raw.toString('utf8');
   try {
-    parsed = JSON.parse(raw.toString('utf8'));
+    parsed = JSON.parse(text);
   } catch {
     return { ok: false, error: 'malformed', message: 'request body is not valid JSON' };
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     return { ok: false, error: 'malformed', message: 'request body must be a JSON object' };
   }
-  return { ok: true, body: parsed as Record<string, unknown> };
+  return { ok: true, body: parsed as Record<string, unknown>, text };
 }

@@ -4,24 +4,21 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { HttpResponse } from 'uWebSockets.js';
 import type { Reply } from '../actors/intake.ts';
+import type { Workspace, Workspaces } from '../actors/workspace.ts';
+import type { Answer, CommandKind } from '../handoff/frames.ts';
 import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
-import type { Workspace } from '../actors/workspace.ts';
-import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
-import { NotLeadingError } from '../journal/journal.ts';
+import type { ValidationDetail } from '../schemas/details.ts';
 import { BodyTooDeepError } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { RouteMetrics } from '../telemetry/metrics.ts';
 import { inflateBody, parseJsonObject, type Encoding } from './body.ts';
 import { Drain } from './drain.ts';
-import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
-import { OK, send, UNPROCESSABLE, type SendOptions } from './respond.ts';
-import type { Refusal, WriteGate } from './write-gate.ts';
+import { ERRORS } from './errors.ts';
+import { send, statusLine, type SendOptions } from './respond.ts';
+import { WriteCall } from './write-call.ts';
+import type { WriteGate } from './write-gate.ts';
 
-/** The message of a 503 for a mapping body refused because the workers are busy (issue 17). */
-export const MAPPING_WORKERS_BUSY = 'the mapping workers are busy and their queue is full; nothing was applied: retry after the number of seconds in Retry-After';
-
-/** The header on an answer replayed for an Idempotency-Key (CONTRACT.md §10). */
-const REPLAYED: SendOptions = { header: ['idempotent-replayed', 'true'] };
+export { MAPPING_WORKERS_BUSY } from './write-call.ts';
 
 /** What /openapi.json says of a route. */
 export interface RouteDoc {
@@ -66,12 +63,19 @@ export interface WriteRoute {
   readonly hasParam: boolean;
   readonly doc: RouteDoc;
   metrics: RouteMetrics;
-  /** Validates and dispatches; `body` is null for routes without a body. */
-  handle(request: WriteRequest, body: Record<string, unknown> | null): void;
+  /**
+   * The edge half: checks the body (null for routes without one) and `:id`; on failure answers
+   * the request (422 and the like) and returns false. Stateless: runs on any edge thread or node.
+   */
+  validate(request: WriteRequest, body: Record<string, unknown> | null): boolean;
+  /** The state half: applies a write `validate` passed (on the state thread, the leader). */
+  apply(request: WriteRequest, body: Record<string, unknown> | null): void;
   /** True when a body of this size and encoding should be handed over raw (to a worker). */
   offload?(sizeBytes: number, encoding: Encoding): boolean;
   /** Takes a raw body that `offload` asked for: not yet inflated, parsed or validated. */
   handleRaw?(request: WriteRequest, bytes: Buffer): void;
+  /** apply() reads `rawBody` too (POST /batch: its items' sizes and fingerprints). */
+  readonly readsRawBody?: boolean;
 }
 
 export interface RequestEnvironment {
@@ -83,23 +87,24 @@ export interface RequestEnvironment {
   /** Requests started and not yet answered or aborted (graceful stop waits for 0). */
   inFlight: number;
   onIdle: (() => void) | null;
+  /** The state, where this thread holds it (null on an edge thread). */
+  workspaces: Workspaces | null;
+  /**
+   * Where valid writes go when this thread does not apply them itself: the state thread (an edge
+   * thread) or the leader (a follower). Null: applied here.
+   */
+  link: StateLink | null;
 }
 
-export class PendingRequest implements WriteRequest {
+/** The edge's side of the hand-off: sends a command for `request`, which it answers later. */
+export interface StateLink {
+  submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void;
+}
+
+export class PendingRequest extends WriteCall {
   readonly res: HttpResponse;
-  readonly route: WriteRoute;
-  readonly workspace: Workspace;
-  /** The decoded `:id` URL parameter ('' for routes without one). */
-  readonly param: string;
-  /** Server receive time, Unix ms (journaled as `at`). */
-  readonly at: number;
+  readonly workspaceName: string;
   private readonly startedAt: number;
-  readonly limitBytes: number;
-  readonly encoding: Encoding;
-  /** The Idempotency-Key, or null; its fingerprint is set once the body is decoded. */
-  readonly idempotency: IdempotencyClaim | null;
-  /** x-request-id: on the answer and on every log line about the request. */
-  readonly requestId: string;
   /** The x-service-key it was authenticated with: a batch takes one rate-limit token per item. */
   readonly serviceKey: string;
   private readonly env: RequestEnvironment;
@@ -109,20 +114,11 @@ export class PendingRequest implements WriteRequest {
   private chunks: Buffer[] | null = null;
   /** Set once the body grew past the limit: the rest is read and thrown away, then 413. */
   private drain: Drain | null = null;
-  private replyCode = 200;
-  private replyStatus = OK;
-  private replyBody = '';
-  private replayAnswer: (() => string) | null = null;
-  /**
-   * The decoded body's bytes, set only while the route's handle() runs (a batch reads its items'
-   * bytes from it). They may be uWS's own memory, which it reuses once onData returns: never keep them.
-   */
-  rawBody: Buffer | null = null;
 
   constructor(
     res: HttpResponse,
     route: WriteRoute,
-    workspace: Workspace,
+    workspaceName: string,
     param: string,
     startedAt: number,
     limitBytes: number,
@@ -132,18 +128,17 @@ export class PendingRequest implements WriteRequest {
     requestId: string,
     serviceKey: string,
   ) {
+    super(route, param, Date.now(), limitBytes, encoding, idempotency, requestId, env.log);
     this.res = res;
-    this.route = route;
-    this.workspace = workspace;
-    this.param = param;
-    this.at = Date.now();
+    this.workspaceName = workspaceName;
     this.startedAt = startedAt;
-    this.limitBytes = limitBytes;
-    this.encoding = encoding;
     this.env = env;
-    this.idempotency = idempotency;
-    this.requestId = requestId;
     this.serviceKey = serviceKey;
+  }
+
+  /** Only where the state is (a write applied on this thread). */
+  get workspace(): Workspace {
+    return this.env.workspaces!.get(this.workspaceName);
   }
 
   /** Called from the uWS route handler. */
@@ -152,7 +147,7 @@ export class PendingRequest implements WriteRequest {
     this.res.onAborted(this.onAborted);
     if (this.route.limit === 'none') {
       this.idempotency?.fingerprint(bodyFingerprint());
-      this.dispatch(null);
+      this.dispatch(null, '');
     }
     else this.res.onData(this.onData);
   }
@@ -211,7 +206,7 @@ export class PendingRequest implements WriteRequest {
     if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
     this.rawBody = inflated.raw;
     try {
-      this.dispatch(parsed.body);
+      this.dispatch(parsed.body, parsed.text);
     } finally {
       this.rawBody = null;
     }
@@ -220,6 +215,8 @@ export class PendingRequest implements WriteRequest {
   private dispatchRaw(bytes: Buffer): void {
     const refusal = this.env.gate.refusal();
     if (refusal !== null) return this.refused(refusal);
+    const link = this.env.link;
+    if (link !== null) return link.submit(this, 'raw', '', bytes);
     try {
       this.route.handleRaw!(this, bytes);
     } catch (error) {
@@ -227,100 +224,34 @@ export class PendingRequest implements WriteRequest {
     }
   }
 
-  private dispatch(body: Record<string, unknown> | null): void {
+  private dispatch(body: Record<string, unknown> | null, text: string): void {
     const refusal = this.env.gate.refusal();
     if (refusal !== null) return this.refused(refusal);
     try {
-      this.route.handle(this, body);
+      if (!this.route.validate(this, body)) return;
+      const link = this.env.link;
+      if (link === null) this.route.apply(this, body);
+      else if (body === null) link.submit(this, 'none', '', null);
+      // A route that reads the raw bytes too (a batch) gets them; they must be ours to send.
+      else if (this.route.readsRawBody === true) link.submit(this, 'bytes', '', Buffer.from(this.rawBody!));
+      else link.submit(this, 'json', text, null);
     } catch (error) {
       if (error instanceof BodyTooDeepError) return this.malformed(error.message);
       this.crashed(error);
     }
   }
 
-  /** Writes are not taken now (write-gate.ts): 503, with Retry-After when it says. */
-  private refused(refusal: Refusal): void {
-    this.answerError(ERRORS.serviceUnavailable, refusal.message, refusal.retryAfterSeconds === null ? undefined : { header: ['retry-after', String(refusal.retryAfterSeconds)] });
+  /** The state's answer to the command this request was sent as. */
+  answerFromState(answer: Answer): void {
+    const options: SendOptions | undefined = answer.header === '' && !answer.close ? undefined : { header: answer.header === '' ? undefined : [answer.header, answer.headerValue], close: answer.close };
+    this.answer(answer.status, statusLine(answer.status), answer.body, options);
   }
 
-  /** The inflated body is over the limit (found by a worker): 413, and the connection is closed. */
-  payloadTooLarge(message: string): void {
-    this.answerError(ERRORS.payloadTooLarge, message, { close: true });
-  }
-
-  /** Not gzip, not JSON, or not an object (found by a worker). */
-  malformed(message: string): void {
-    this.answerError(ERRORS.malformedJson, message);
-  }
-
-  /**
-   * Every mapping worker is busy and their queue is full: 503 with Retry-After, answered at once.
-   * Nothing was applied and the body was read to its end, so the connection stays usable.
-   */
-  workersBusy(retryAfterSeconds: number): void {
-    this.answerError(ERRORS.serviceUnavailable, MAPPING_WORKERS_BUSY, { header: ['retry-after', String(retryAfterSeconds)] });
-  }
-
-  /** Over the rate limit once the body told how many tokens it needs (a batch of n items: n). */
-  rateLimited(retryAfterSeconds: number, message?: string): void {
-    this.answerError(ERRORS.rateLimit, message, { header: ['retry-after', String(retryAfterSeconds)] });
-  }
-
-  /** A schema violation: answered at once, nothing was applied. */
-  invalid(details: ValidationDetail[]): void {
-    this.answer(422, UNPROCESSABLE, validationBody(details.length > MAX_DETAILS ? details.slice(0, MAX_DETAILS) : details));
-  }
-
-  // Reply: what to answer once the journal speaks.
-  succeed(body: string): void {
-    this.replyCode = 200;
-    this.replyStatus = OK;
-    this.replyBody = body;
-  }
-
-  reject(details: ValidationDetail[]): void {
-    this.replyCode = 422;
-    this.replyStatus = UNPROCESSABLE;
-    this.replyBody = validationBody(details);
-  }
-
-  replay(answer: () => string): void {
-    this.replayAnswer = answer;
-  }
-
-  committed(): void {
-    const replay = this.replayAnswer;
-    if (replay === null) return this.answer(this.replyCode, this.replyStatus, this.replyBody);
-    let body: string;
-    try {
-      body = replay();
-    } catch (error) {
-      return this.crashed(error);
-    }
-    this.answer(200, OK, body, REPLAYED);
-  }
-
-  crashed(error: unknown): void {
-    this.env.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'request failed');
-    this.answerError(ERRORS.internal);
-  }
-
-  failed(error: Error): void {
-    // Cluster mode: this node stopped leading while the write waited (CONTRACT.md §12).
-    if (error instanceof NotLeadingError) return this.refused({ message: error.message, retryAfterSeconds: 1 });
-    this.env.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'journal commit failed; answering 503');
-    this.answerError(ERRORS.serviceUnavailable);
-  }
-
-  private answerError(error: ErrorSpec, message?: string, options?: SendOptions): void {
-    this.answer(error.status, error.statusLine, errorBody(error, message), options);
-  }
-
-  private answer(code: number, statusLine: string, body: string, options?: SendOptions): void {
+  protected answer(code: number, statusLine: string, body: string, options?: SendOptions): void {
     if (this.done) return;
     this.done = true;
     this.route.metrics.observe(code, this.startedAt);
-    if (this.env.logRequests) this.env.log.debug({ reqId: this.requestId, route: this.route.name, status: code, ms: performance.now() - this.startedAt, aborted: this.aborted }, 'request');
+    if (this.env.logRequests) this.log.debug({ reqId: this.requestId, route: this.route.name, status: code, ms: performance.now() - this.startedAt, aborted: this.aborted }, 'request');
     if (this.aborted) return;
     send(this.res, this.requestId, statusLine, body, options);
     this.leave();

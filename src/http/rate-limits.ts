@@ -9,7 +9,17 @@ interface Bucket {
   at: number;
 }
 
-export class RateLimits {
+/** A rate limiter: RateLimits here, or SharedRateLimits across edge threads (edge/shared-rate-limits.ts). */
+export interface RateLimiter {
+  readonly enabled: boolean;
+  readonly burst: number;
+  /** Requests refused since start (all threads). */
+  readonly limited: number;
+  take(key: string, now: number, count?: number): number;
+  refund(key: string, count: number): void;
+}
+
+export class RateLimits implements RateLimiter {
   private readonly perMs: number;
   /** The bucket size: the most tokens one request (a batch: one per item) can ever take. */
   readonly burst: number;

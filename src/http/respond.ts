@@ -5,7 +5,7 @@
 // cannot be overwritten meanwhile).
 import type { HttpResponse } from 'uWebSockets.js';
 import { SUCCESS_BODY } from '../actors/acceptor.ts';
-import { errorBody, type ErrorSpec } from './errors.ts';
+import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import { H_CONTENT_TYPE, H_REQUEST_ID, nativeBytes } from './native-strings.ts';
 
 const JSON_TYPE = 'application/json';
@@ -60,3 +60,10 @@ export function sendError(res: HttpResponse, requestId: string, error: ErrorSpec
 
 export const OK = '200 OK';
 export const UNPROCESSABLE = '422 Unprocessable Entity';
+
+const STATUS_LINES = new Map<number, string>([[200, OK], [422, UNPROCESSABLE], ...Object.values(ERRORS).map((e): [number, string] => [e.status, e.statusLine])]);
+
+/** The status line of an answer that came from the state as a code (an edge thread, a follower). */
+export function statusLine(code: number): string {
+  return STATUS_LINES.get(code) ?? `${code} Status`;
+}

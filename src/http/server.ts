@@ -7,32 +7,35 @@ import type { Workspaces } from '../actors/workspace.ts';
 import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import type { Metrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
 import { Drain } from './drain.ts';
 import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
 import { decodeParam, fillParam } from './path-param.ts';
-import type { RateLimits } from './rate-limits.ts';
+import type { RateLimiter } from './rate-limits.ts';
 import type { WriteGate } from './write-gate.ts';
 import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
-import { PendingRequest, type RequestEnvironment, type WriteRoute } from './pending-request.ts';
+import { PendingRequest, type RequestEnvironment, type StateLink, type WriteRoute } from './pending-request.ts';
 import { OK, send, sendError, type SendOptions } from './respond.ts';
 
 export interface ServerDependencies {
   settings: Settings;
   auth: Authenticator;
-  workspaces: Workspaces;
+  /** The state, where this thread holds it; null on an edge thread (writes go to `link`). */
+  workspaces: Workspaces | null;
+  /** Where valid writes go when they are not applied here (pending-request.ts). */
+  link: StateLink | null;
   routes: WriteRoute[];
-  metrics: Metrics;
+  /** GET /metrics: this process's metrics (an edge thread asks the state thread, which sums them). */
+  metricsText: () => Promise<{ text: string; contentType: string }>;
   log: Logger;
   openApiJson: string;
-  rateLimits: RateLimits;
+  rateLimits: RateLimiter;
   /** Whether writes are accepted, and /readyz (write-gate.ts). */
   gate: WriteGate;
-  /** Cluster mode: what GET /cluster answers (null on a single node: 404). */
-  clusterStatus: (() => object) | null;
+  /** Cluster mode: what GET /cluster answers, as JSON text (null on a single node: 404). */
+  clusterStatus: (() => Promise<string>) | null;
 }
 
 export interface HttpServer {
@@ -44,6 +47,8 @@ export interface HttpServer {
   stopAccepting(): void;
   /** Resolves when no request is in flight, or after `timeoutMs`. */
   settled(timeoutMs: number): Promise<void>;
+  /** Closes every connection (a thread must, before it ends: uWS handles would abort Node). */
+  close(): Promise<void>;
 }
 
 /** The read-only endpoints (a batch item naming one of them gets the 405 it would get alone). */
@@ -63,7 +68,7 @@ const SHUTTING_DOWN = 'the server is shutting down';
 export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
-  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null };
+  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link };
   const rateLimits = deps.rateLimits;
   let stopping = false;
 
@@ -120,7 +125,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
         return;
       }
     }
-    const request = new PendingRequest(res, route, workspaces.get(workspaceName), param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey);
+    const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey);
     request.start();
   };
 
@@ -141,28 +146,30 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
     if (notReady !== null) sendError(res, idOf(req), ERRORS.serviceUnavailable, notReady);
     else send(res, idOf(req), OK, '{"status":"ready"}');
   });
-  const clusterStatus = deps.clusterStatus;
-  app.get('/cluster', (res, req) => {
-    if (clusterStatus === null) sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
-    else send(res, idOf(req), OK, JSON.stringify(clusterStatus()));
-  });
-  app.get('/openapi.json', (res, req) => send(res, idOf(req), OK, deps.openApiJson));
-  app.get('/metrics', (res, req) => {
-    const requestId = idOf(req);
+  // Answers that come later (from the state thread, or a prom-client collect): written unless the
+  // client went away meanwhile.
+  const later = (res: HttpResponse, requestId: string, what: string, produce: () => Promise<{ text: string; contentType?: string }>): void => {
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
     });
-    deps.metrics.registry.metrics().then(
-      (text) => {
-        if (!aborted) send(res, requestId, OK, text, { contentType: deps.metrics.registry.contentType });
+    produce().then(
+      ({ text, contentType }) => {
+        if (!aborted) send(res, requestId, OK, text, contentType === undefined ? undefined : { contentType });
       },
       (error: unknown) => {
-        log.error({ err: error, reqId: requestId }, 'metrics failed');
+        log.error({ err: error, reqId: requestId }, `${what} failed`);
         if (!aborted) sendError(res, requestId, ERRORS.internal);
       },
     );
+  };
+  const clusterStatus = deps.clusterStatus;
+  app.get('/cluster', (res, req) => {
+    if (clusterStatus === null) sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
+    else later(res, idOf(req), 'cluster status', async () => ({ text: await clusterStatus() }));
   });
+  app.get('/openapi.json', (res, req) => send(res, idOf(req), OK, deps.openApiJson));
+  app.get('/metrics', (res, req) => later(res, idOf(req), 'metrics', deps.metricsText));
   for (const path of GET_PATHS) allowed.set(path, ['GET']);
 
   // A known path with another method: 405 with Allow. uWS prefers a method's own handler to any().
@@ -175,6 +182,8 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
   return new Promise((resolve, reject) => {
     app.listen(settings.host, settings.port, (socket: us_listen_socket | false) => {
       if (socket === false) {
+        // The app's handles would keep an edge thread from ending (and abort Node at exit).
+        (app as TemplatedApp & { close(): void }).close();
         reject(new Error(`cannot listen on ${settings.host}:${settings.port}`));
         return;
       }
@@ -186,6 +195,11 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
           stopping = true;
           if (listening !== null) uWS.us_listen_socket_close(listening);
           listening = null;
+        },
+        close() {
+          // In the native addon, not in its typings (docs/index.d.ts of this build).
+          (app as TemplatedApp & { close(): void }).close();
+          return Promise.resolve();
         },
         settled(timeoutMs) {
           if (env.inFlight === 0) return Promise.resolve();

@@ -65,13 +65,27 @@ export class IdempotencyClaim implements KeyHash {
   f0 = 0;
   f1 = 0;
 
-  constructor(workspace: string, method: string, path: string, key: string) {
+  /** `scope`: the scope hash an edge computed already (fromParts); otherwise it is computed here. */
+  constructor(workspace: string, method: string, path: string, key: string, scope?: readonly [number, number, number]) {
     this.key = key;
+    if (scope !== undefined) {
+      this.h0 = scope[0];
+      this.h1 = scope[1];
+      this.h2 = scope[2];
+      return;
+    }
     // The key is last and holds no newline, so the joined text parses back one way only.
-    const scope = hash('sha256', `${workspace}\n${method}\n${path}\n${key}`, 'binary');
-    this.h0 = word(scope, 0);
-    this.h1 = word(scope, 4);
-    this.h2 = word(scope, 8);
+    const digest = hash('sha256', `${workspace}\n${method}\n${path}\n${key}`, 'binary');
+    this.h0 = word(digest, 0);
+    this.h1 = word(digest, 4);
+    this.h2 = word(digest, 8);
+  }
+
+  /** A claim an edge computed: its scope hash and fingerprint came with the command. */
+  static fromParts(key: string, scope: readonly [number, number, number], fingerprint: Fingerprint): IdempotencyClaim {
+    const claim = new IdempotencyClaim('', '', '', key, scope);
+    claim.fingerprint(fingerprint);
+    return claim;
   }
 
   /** Sets the fingerprint from bodyFingerprint() (computed here, or in a worker). */

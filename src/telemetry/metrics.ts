@@ -81,8 +81,12 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  constructor(counts: StateCounts) {
-    client.collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 });
+  /**
+   * `counts` null: an edge thread's metrics, only what its requests count (the state thread sums
+   * them into its own at scrape); process-wide figures (CPU, memory) are the main thread's alone.
+   */
+  constructor(counts: StateCounts | null) {
+    if (counts !== null) client.collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 });
     const routes = this.routes;
     scraped(this.registry, 'intake_requests_total', 'HTTP requests by route and status', 'counter', () => {
       const samples: Sample[] = [];
@@ -111,6 +115,7 @@ export class Metrics {
       }
       return samples;
     });
+    if (counts === null) return;
     const gauge = (name: string, help: string, read: () => number) => readAtScrape(this.registry, 'gauge', name, help, read);
     // The heap right after a major GC is about what the state needs (the rest is garbage).
     let heapAfterMajorGc = 0;
@@ -133,6 +138,22 @@ export class Metrics {
     let statuses = this.batchItems.get(route);
     if (statuses === undefined) this.batchItems.set(route, (statuses = new Float64Array(STATUS_SLOTS)));
     statuses[status] = statuses[status]! + 1;
+  }
+
+  /** The edge threads running (HTTP_THREADS; 1 when the main thread does the HTTP work itself). */
+  watchHttpThreads(running: () => number): void {
+    readAtScrape(this.registry, 'gauge', 'intake_http_threads', 'threads doing the HTTP work (edge threads; 1: the main thread)', running);
+  }
+
+  /**
+   * The exposition text of this registry summed with the edge threads' own (prom-client JSON):
+   * counters and histograms add up, so /metrics counts every thread's requests.
+   */
+  async summedWith(edges: unknown[]): Promise<string> {
+    if (edges.length === 0) return this.registry.metrics();
+    const own = await this.registry.getMetricsAsJSON();
+    const summed = client.AggregatorRegistry.aggregate([own, ...(edges as client.MetricObjectWithValues<client.MetricValue<string>>[][])]);
+    return summed.metrics();
   }
 
   route(name: string): RouteMetrics {

@@ -62,6 +62,14 @@ interface Waiting {
   reject(error: unknown): void;
 }
 
+/**
+ * Whether a mapping body goes to a worker raw: a function of the settings alone, so an edge thread
+ * (which has no pool; it sends such a body to the state thread raw) decides as the pool would.
+ */
+export function offloadsMapping(settings: Pick<MappingPoolSettings, 'mappingWorkers' | 'mappingWorkerThresholdBytes'>, sizeBytes: number, encoding: Encoding): boolean {
+  return settings.mappingWorkers > 0 && (sizeBytes > settings.mappingWorkerThresholdBytes || encoding === 'gzip');
+}
+
 export class MappingPool {
   private readonly pool: Piscina<MappingTask, MappingTaskResult> | null;
   private readonly settings: MappingPoolSettings;
@@ -102,7 +110,7 @@ export class MappingPool {
 
   /** Big bodies, and every gzip one (inflating can be heavy whatever the wire size), go to a worker. */
   shouldOffload(sizeBytes: number, encoding: Encoding): boolean {
-    return this.pool !== null && (sizeBytes > this.settings.mappingWorkerThresholdBytes || encoding === 'gzip');
+    return offloadsMapping(this.settings, sizeBytes, encoding);
   }
 
   /** Bodies waiting for a worker. */

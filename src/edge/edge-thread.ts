@@ -1,0 +1,140 @@
+// An edge thread (HTTP_THREADS > 1): its own uWebSockets.js app on the shared port (the kernel's
+// SO_REUSEPORT spreads connections among the threads). It does the stateless work of a request:
+// routing, the key, the rate limit (shared by all threads), content checks, body reading, gzip,
+// JSON, schema validation and every 4xx these decide; a valid write goes to the state thread as a
+// command (thread-link.ts) and its answer comes back to be sent. Nothing here holds state.
+import { parentPort, workerData } from 'node:worker_threads';
+import { Authenticator } from '../auth/authenticator.ts';
+import { parseServiceKeys } from '../auth/key-store.ts';
+import { parseSettings } from '../config/settings.ts';
+import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff/thread-messages.ts';
+import { buildBatchRoute } from '../http/batch.ts';
+import { RateLimits, type RateLimiter } from '../http/rate-limits.ts';
+import { GET_PATHS, startHttpServer, type HttpServer } from '../http/server.ts';
+import type { WriteGate } from '../http/write-gate.ts';
+import { buildWriteRoutes } from '../http/write-routes.ts';
+import { buildValidators } from '../schemas/validators.ts';
+import { createLogger } from '../telemetry/logger.ts';
+import { Metrics } from '../telemetry/metrics.ts';
+import { offloadsMapping } from '../workers/mapping-pool.ts';
+import { PushedKeys } from './pushed-keys.ts';
+import { SharedRateLimits } from './shared-rate-limits.ts';
+import { ThreadLink } from './thread-link.ts';
+
+/** A question to the state thread (/metrics, /cluster) waits at most this long. */
+const ASK_TIMEOUT_MS = 5_000;
+
+async function run(): Promise<void> {
+  const port = parentPort!;
+  const start = workerData as EdgeStart;
+  const post = (message: EdgeMessage): void => port.postMessage(message);
+  const { settings } = parseSettings(start.argv, start.env);
+  const log = createLogger(settings.logLevel).child({ edge: start.index });
+
+  const keys = new PushedKeys(start.keys);
+  const auth = new Authenticator(keys, parseServiceKeys(settings.serviceKeys), log);
+  await auth.reload();
+
+  // The gate as the state thread last posted it: a write it refuses gets 503 before its body is
+  // read. The state thread checks again when the command arrives (the gate may have closed since).
+  let gateState: GateState = start.gate;
+  const gate: WriteGate = { refusal: () => gateState.refusal, notReady: () => gateState.notReady };
+
+  const rateLimits: RateLimiter = start.rateLimits === null ? new RateLimits(0, 0) : SharedRateLimits.attach(start.rateLimits);
+  const metrics = new Metrics(null);
+  const validators = buildValidators(settings);
+  const writeRoutes = buildWriteRoutes({
+    intake: null,
+    validators,
+    metrics,
+    pool: null,
+    offload: (size, encoding) => offloadsMapping(settings, size, encoding),
+    mappingMaxItems: settings.mappingMaxItems,
+  });
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
+  const link = new ThreadLink(port);
+
+  let nextAsk = 1;
+  const asked = new Map<number, { done: (told: { text: string; contentType: string }) => void; fail: (error: Error) => void }>();
+  const ask = (what: 'metrics' | 'cluster'): Promise<{ text: string; contentType: string }> =>
+    new Promise((done, fail) => {
+      const id = nextAsk++;
+      const timer = setTimeout(() => {
+        asked.delete(id);
+        fail(new Error(`the state thread did not answer for ${what} within ${ASK_TIMEOUT_MS} ms`));
+      }, ASK_TIMEOUT_MS);
+      asked.set(id, {
+        done: (told) => {
+          clearTimeout(timer);
+          done(told);
+        },
+        fail,
+      });
+      post({ t: 'ask', id, what });
+    });
+
+  let server: HttpServer;
+  try {
+    server = await startHttpServer({
+      settings: { ...settings, port: start.port },
+      auth,
+      workspaces: null,
+      link,
+      routes,
+      metricsText: () => ask('metrics'),
+      log,
+      openApiJson: start.openApiJson,
+      rateLimits,
+      gate,
+      clusterStatus: start.clustered ? async () => (await ask('cluster')).text : null,
+    });
+  } catch (error) {
+    post({ t: 'listen-failed', message: (error as Error).message });
+    return;
+  }
+
+  port.on('message', (message: StateMessage) => {
+    switch (message.t) {
+      case 'answers':
+        return link.answers(message.text);
+      case 'keys':
+        keys.set(message.keys);
+        void auth.reload();
+        return;
+      case 'gate':
+        gateState = message.gate;
+        return;
+      case 'collect':
+        void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id: message.id, json }));
+        return;
+      case 'told': {
+        const waiting = asked.get(message.id);
+        asked.delete(message.id);
+        if (waiting === undefined) return;
+        if (message.status === 200) waiting.done({ text: message.text, contentType: message.contentType });
+        else waiting.fail(new Error(message.text));
+        return;
+      }
+      case 'stop':
+        return server.stopAccepting();
+      case 'settle':
+        void server.settled(message.timeoutMs).then(() => post({ t: 'settled' }));
+        return;
+      case 'close':
+        // Every connection closed, then nothing keeps this thread's loop alive: it ends.
+        void server.close().then(() => {
+          post({ t: 'closed' });
+          port.close();
+        });
+        return;
+    }
+  });
+  post({ t: 'listening', port: server.port });
+}
+
+run().catch((error: unknown) => {
+  // Rethrown outside the promise so the thread ends with it and the main thread hears.
+  setImmediate(() => {
+    throw error;
+  });
+});

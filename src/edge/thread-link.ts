@@ -1,0 +1,74 @@
+// An edge thread's link to the state thread: each valid write becomes a command, the commands of
+// one event-loop turn go as one frame (one postMessage), and each answer finds its request by id.
+// Commands and answers keep their order, so a connection's writes are applied in the order it
+// sent them, and a write sent after a 200 sees that write (CONTRACT.md, read-your-writes).
+import type { MessagePort } from 'node:worker_threads';
+import { CommandWriter, readAnswers } from '../handoff/frames.ts';
+import type { CommandKind } from '../handoff/frames.ts';
+import type { EdgeMessage } from '../handoff/thread-messages.ts';
+import type { PendingRequest, StateLink } from '../http/pending-request.ts';
+
+const NO_SCOPE: readonly [number, number, number] = [0, 0, 0];
+const NO_PRINT: readonly [number, number] = [0, 0];
+
+/** Bytes that own their whole ArrayBuffer, so it can be transferred (a pooled Buffer's cannot). */
+function ownBytes(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength && !(bytes.buffer instanceof SharedArrayBuffer) ? bytes : new Uint8Array(bytes);
+}
+
+export class ThreadLink implements StateLink {
+  private nextId = 1;
+  private readonly waiting = new Map<number, PendingRequest>();
+  private readonly writer = new CommandWriter();
+  private scheduled = false;
+
+  constructor(private readonly port: MessagePort) {}
+
+  /** Requests sent and not answered yet. */
+  get pending(): number {
+    return this.waiting.size;
+  }
+
+  submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void {
+    const id = this.nextId++;
+    this.waiting.set(id, request);
+    const claim = request.idempotency;
+    this.writer.add({
+      id,
+      kind,
+      route: request.route.name,
+      workspace: request.workspaceName,
+      param: request.param,
+      at: request.at,
+      requestId: request.requestId,
+      idempotencyKey: claim === null ? '' : claim.key,
+      scope: claim === null ? NO_SCOPE : [claim.h0, claim.h1, claim.h2],
+      fingerprint: claim === null ? NO_PRINT : [claim.f0, claim.f1],
+      gzip: request.encoding === 'gzip',
+      text,
+      bytes: bytes === null ? null : ownBytes(bytes),
+    });
+    // One frame per turn: the requests of this turn (uWS's poll phase) go together after it.
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flush);
+    }
+  }
+
+  private readonly flush = (): void => {
+    this.scheduled = false;
+    if (this.writer.count === 0) return;
+    const frame = this.writer.take();
+    const message: EdgeMessage = { t: 'commands', text: frame.text, blobs: frame.blobs };
+    this.port.postMessage(message, frame.blobs.map((b) => b.buffer as ArrayBuffer));
+  };
+
+  answers(text: string): void {
+    for (const answer of readAnswers(text)) {
+      const request = this.waiting.get(answer.id);
+      if (request === undefined) continue;
+      this.waiting.delete(answer.id);
+      request.answerFromState(answer);
+    }
+  }
+}

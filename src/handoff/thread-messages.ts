@@ -1,0 +1,52 @@
+// The messages between the main (state) thread and its edge threads, besides the frames of
+// commands and answers themselves (frames.ts). Control messages are rare (a key change, a gate
+// change, a scrape, a stop): plain objects are fine for them.
+import type { KeyRecord } from '../auth/key-store.ts';
+import type { Refusal } from '../http/write-gate.ts';
+
+export interface GateState {
+  refusal: Refusal | null;
+  notReady: string | null;
+}
+
+/** What an edge thread needs to start (workerData). */
+export interface EdgeStart {
+  index: number;
+  /** The raw settings: the edge parses them as the main thread did. */
+  argv: string[];
+  env: Record<string, string | undefined>;
+  /** The port to listen on: the first edge's port when the setting is 0 (ephemeral). */
+  port: number;
+  keys: KeyRecord[];
+  gate: GateState;
+  /** SharedRateLimits' buffer (null: no rate limit). */
+  rateLimits: SharedArrayBuffer | null;
+  openApiJson: string;
+  clustered: boolean;
+}
+
+/** Edge → state. */
+export type EdgeMessage =
+  | { t: 'listening'; port: number }
+  | { t: 'listen-failed'; message: string }
+  | { t: 'commands'; text: string; blobs: Uint8Array[] }
+  /** An edge asks for what the state thread knows: /metrics (summed over threads) or /cluster. */
+  | { t: 'ask'; id: number; what: 'metrics' | 'cluster' }
+  /** Its share of /metrics (prom-client's JSON), for a scrape under way. */
+  | { t: 'metrics'; id: number; json: unknown }
+  | { t: 'settled' }
+  | { t: 'closed' };
+
+/** State → edge. */
+export type StateMessage =
+  | { t: 'answers'; text: string }
+  | { t: 'keys'; keys: KeyRecord[] }
+  | { t: 'gate'; gate: GateState }
+  | { t: 'collect'; id: number }
+  | { t: 'told'; id: number; status: number; text: string; contentType: string }
+  /** Stop accepting (listen socket closed; new requests on open connections get 503 and close). */
+  | { t: 'stop' }
+  /** Tell `settled` once no request is in flight, or after `timeoutMs`. */
+  | { t: 'settle'; timeoutMs: number }
+  /** Close every connection; the thread then ends. */
+  | { t: 'close' };

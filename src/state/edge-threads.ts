@@ -1,0 +1,294 @@
+// The state thread's side of HTTP_THREADS > 1: it starts the edge threads (edge/edge-thread.ts),
+// runs the commands they send through the CommandExecutor, and posts each thread the answers of
+// its commands, one frame per event-loop turn. It passes on what the edges must know (key changes,
+// the write gate), answers their questions (/metrics summed over threads, /cluster), and stops
+// them in order at shutdown. To main.ts it is the HTTP server (HttpServer).
+import { createServer, type AddressInfo } from 'node:net';
+import type { Worker } from 'node:worker_threads';
+import type { KeyRecord } from '../auth/key-store.ts';
+import { AnswerWriter, FrameError, readCommands } from '../handoff/frames.ts';
+import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff/thread-messages.ts';
+import type { HttpServer } from '../http/server.ts';
+import type { WriteGate } from '../http/write-gate.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { moduleUrl, startThread } from '../workers/threads.ts';
+import type { CommandSink } from './command-sink.ts';
+
+/** How often the gate (journal failed? leading?) is looked at for changes to pass on. */
+const GATE_POLL_MS = 50;
+/** A scrape waits this long for every edge's share of /metrics. */
+const COLLECT_TIMEOUT_MS = 2_000;
+/** A stopping edge gets this long to close its connections and end. */
+const CLOSE_TIMEOUT_MS = 2_000;
+
+/** Tries at an ephemeral port shared by the edge threads (PORT=0). */
+const FREE_PORT_ATTEMPTS = 5;
+
+/** A port free on `host` now (the kernel's pick for port 0). */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, host, () => {
+      const port = (probe.address() as AddressInfo).port;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+const EDGE_ENTRY = moduleUrl('../edge/edge-thread', import.meta.url);
+
+export interface EdgeThreadsOptions {
+  count: number;
+  /** The settings' own inputs: each edge parses them as the main thread did. */
+  argv: string[];
+  env: Record<string, string | undefined>;
+  host: string;
+  port: number;
+  keys: () => KeyRecord[];
+  gate: WriteGate;
+  rateLimits: SharedArrayBuffer | null;
+  openApiJson: string;
+  clusterStatus: (() => Promise<string>) | null;
+  /** Runs the edges' commands (the executor; on a follower, the forwarder to the leader). */
+  sink: CommandSink;
+  metrics: Metrics;
+  log: Logger;
+}
+
+class Edge {
+  readonly answers = new AnswerWriter();
+  scheduled = false;
+  listening = false;
+  closing = false;
+  exited = false;
+  settledWaiters: (() => void)[] = [];
+  closedWaiters: (() => void)[] = [];
+  constructor(
+    readonly index: number,
+    readonly worker: Worker,
+  ) {}
+
+  post(message: StateMessage): void {
+    this.worker.postMessage(message);
+  }
+}
+
+export class EdgeThreads implements HttpServer {
+  private readonly edges: Edge[] = [];
+  private gateState: GateState;
+  private readonly gateTimer: NodeJS.Timeout;
+  private nextCollect = 1;
+  private readonly collecting = new Map<number, { parts: unknown[]; wanted: number; done: (parts: unknown[]) => void }>();
+  private stopping = false;
+  port = 0;
+
+  private constructor(private readonly options: EdgeThreadsOptions) {
+    this.gateState = this.readGate();
+    this.gateTimer = setInterval(() => this.checkGate(), GATE_POLL_MS);
+    this.gateTimer.unref();
+    options.metrics.watchHttpThreads(() => this.edges.filter((e) => e.listening).length);
+  }
+
+  /** Starts `count` edge threads; the first fixes the port (when the setting is 0), the rest share it. */
+  static async start(options: EdgeThreadsOptions): Promise<EdgeThreads> {
+    const threads = new EdgeThreads(options);
+    for (let attempt = 1; ; attempt++) {
+      // uWS shares a port among threads (SO_REUSEPORT) only when it is named: an ephemeral one
+      // (PORT=0) is picked here first. Another process may take it meanwhile: then pick again.
+      threads.port = options.port !== 0 ? options.port : await freePort(options.host);
+      try {
+        await Promise.all(Array.from({ length: options.count }, (_, i) => threads.startEdge(i, threads.port)));
+        return threads;
+      } catch (error) {
+        await threads.close();
+        threads.stopping = false;
+        if (options.port !== 0 || attempt >= FREE_PORT_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  private startEdge(index: number, port: number): Promise<number> {
+    const { options } = this;
+    const start: EdgeStart = {
+      index,
+      argv: options.argv,
+      env: options.env,
+      port,
+      keys: options.keys(),
+      gate: this.gateState,
+      rateLimits: options.rateLimits,
+      openApiJson: options.openApiJson,
+      clustered: options.clusterStatus !== null,
+    };
+    const worker = startThread(EDGE_ENTRY, start as unknown as Record<string, unknown>);
+    const edge = new Edge(index, worker);
+    this.edges[index] = edge;
+    return new Promise((resolve, reject) => {
+      worker.on('message', (message: EdgeMessage) => {
+        if (message.t === 'listening') {
+          edge.listening = true;
+          resolve(message.port);
+        } else if (message.t === 'listen-failed') reject(new Error(message.message));
+        else this.onMessage(edge, message);
+      });
+      worker.on('error', (error) => {
+        options.log.error({ err: error, edge: index }, 'an edge thread failed');
+        reject(error);
+      });
+      worker.on('exit', (code) => {
+        const served = edge.listening;
+        edge.listening = false;
+        edge.exited = true;
+        for (const done of edge.closedWaiters.splice(0)) done();
+        for (const done of edge.settledWaiters.splice(0)) done();
+        reject(new Error(`edge thread ${index} ended before it listened (exit code ${code})`));
+        if (this.stopping || edge.closing || !served) return;
+        // Its connections are gone with it (their clients see a reset and retry); the port is
+        // still served by the others, and a new thread takes its place.
+        options.log.error({ edge: index, code }, 'an edge thread ended; starting another');
+        this.startEdge(index, this.port).catch((error: unknown) => options.log.error({ err: error, edge: index }, 'an edge thread could not be restarted'));
+      });
+    });
+  }
+
+  private onMessage(edge: Edge, message: EdgeMessage): void {
+    switch (message.t) {
+      case 'commands': {
+        let commands;
+        try {
+          commands = readCommands({ text: message.text, blobs: message.blobs });
+        } catch (error) {
+          // A bug: the edge's requests in this frame get no answer (their clients time out).
+          if (!(error instanceof FrameError)) throw error;
+          this.options.log.error({ err: error, edge: edge.index }, 'an edge thread sent a malformed frame');
+          return;
+        }
+        const reply = this.replyTo(edge);
+        for (const command of commands) this.options.sink.run(command, reply);
+        return;
+      }
+      case 'ask':
+        void this.answerAsk(edge, message.id, message.what);
+        return;
+      case 'metrics': {
+        const scrape = this.collecting.get(message.id);
+        if (scrape === undefined) return;
+        scrape.parts.push(message.json);
+        if (scrape.parts.length === scrape.wanted) scrape.done(scrape.parts);
+        return;
+      }
+      case 'settled':
+        for (const done of edge.settledWaiters.splice(0)) done();
+        return;
+      case 'closed':
+        for (const done of edge.closedWaiters.splice(0)) done();
+        return;
+    }
+  }
+
+  /** The answers to one edge's commands: gathered, and posted once per turn. */
+  private replyTo(edge: Edge): (answer: Parameters<AnswerWriter['add']>[0]) => void {
+    return (answer) => {
+      edge.answers.add(answer);
+      if (edge.scheduled) return;
+      edge.scheduled = true;
+      setImmediate(() => {
+        edge.scheduled = false;
+        if (edge.answers.count > 0) edge.post({ t: 'answers', text: edge.answers.take() });
+      });
+    };
+  }
+
+  private async answerAsk(edge: Edge, id: number, what: 'metrics' | 'cluster'): Promise<void> {
+    try {
+      if (what === 'metrics') {
+        const text = await this.options.metrics.summedWith(await this.collect());
+        edge.post({ t: 'told', id, status: 200, text, contentType: this.options.metrics.registry.contentType });
+      } else {
+        const status = this.options.clusterStatus;
+        if (status === null) throw new Error('not in cluster mode');
+        edge.post({ t: 'told', id, status: 200, text: await status(), contentType: 'application/json' });
+      }
+    } catch (error) {
+      this.options.log.error({ err: error, what }, 'answering an edge thread failed');
+      edge.post({ t: 'told', id, status: 500, text: (error as Error).message, contentType: 'text/plain' });
+    }
+  }
+
+  /** Every listening edge's share of /metrics (those that do not answer in time are left out). */
+  private collect(): Promise<unknown[]> {
+    const edges = this.edges.filter((e) => e.listening);
+    if (edges.length === 0) return Promise.resolve([]);
+    const id = this.nextCollect++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        const scrape = this.collecting.get(id);
+        this.collecting.delete(id);
+        this.options.log.warn({ answered: scrape?.parts.length ?? 0, edges: edges.length }, 'an edge thread did not send its metrics in time');
+        resolve(scrape?.parts ?? []);
+      }, COLLECT_TIMEOUT_MS);
+      this.collecting.set(id, {
+        parts: [],
+        wanted: edges.length,
+        done: (parts) => {
+          clearTimeout(timer);
+          this.collecting.delete(id);
+          resolve(parts);
+        },
+      });
+      for (const edge of edges) edge.post({ t: 'collect', id });
+    });
+  }
+
+  private readGate(): GateState {
+    return { refusal: this.options.gate.refusal(), notReady: this.options.gate.notReady() };
+  }
+
+  private checkGate(): void {
+    const now = this.readGate();
+    if (JSON.stringify(now) === JSON.stringify(this.gateState)) return;
+    this.gateState = now;
+    for (const edge of this.edges) edge?.post({ t: 'gate', gate: now });
+  }
+
+  /** The stored keys changed (the main thread's poll): every edge reads them at once. */
+  keysChanged(keys: KeyRecord[]): void {
+    for (const edge of this.edges) edge?.post({ t: 'keys', keys });
+  }
+
+  stopAccepting(): void {
+    this.stopping = true;
+    clearInterval(this.gateTimer);
+    for (const edge of this.edges) edge.post({ t: 'stop' });
+  }
+
+  async settled(timeoutMs: number): Promise<void> {
+    await Promise.all(
+      this.edges.map(
+        (edge) =>
+          new Promise<void>((done) => {
+            if (!edge.listening) return done();
+            edge.settledWaiters.push(done);
+            edge.post({ t: 'settle', timeoutMs });
+          }),
+      ),
+    );
+  }
+
+  /** Closes every edge's connections and waits for the threads to end (Node aborts on exit otherwise). */
+  async close(): Promise<void> {
+    this.stopping = true;
+    await Promise.all(
+      this.edges.map(async (edge) => {
+        if (edge.exited) return;
+        edge.closing = true;
+        const ended = new Promise<void>((done) => edge.worker.once('exit', () => done()));
+        edge.post({ t: 'close' });
+        const timer = new Promise<void>((done) => setTimeout(done, CLOSE_TIMEOUT_MS).unref());
+        await Promise.race([ended, timer]);
+      }),
+    );
+  }
+}
