@@ -21,3 +21,10 @@ export function cpuSplitSeconds(pid: number): { user: number; sys: number } {
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return { user: Number(fields[14 - 3]) / CLOCK_TICKS_PER_SECOND, sys: Number(fields[15 - 3]) / CLOCK_TICKS_PER_SECOND };
 }
+
+/** CPU seconds (user + kernel) of one thread `tid` of process `pid` (the main thread: tid = pid). */
+export function threadCpuSeconds(pid: number, tid: number): number {
+  const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[14 - 3]) + Number(fields[15 - 3])) / CLOCK_TICKS_PER_SECOND;
+}

@@ -64,6 +64,9 @@ export interface Frame {
   blobs: Uint8Array[];
 }
 
+/** No field is longer than a frame can be (a batch body is at most 64 MiB). */
+const MAX_FIELD_LENGTH = 1 << 30;
+
 function field(value: string): string {
   return value.length + ':' + value;
 }
@@ -82,7 +85,8 @@ class FieldReader {
     let length = 0;
     let c = text.charCodeAt(this.at++);
     while (c !== 58) {
-      if (c < 48 || c > 57) throw new FrameError(`bad field length at ${this.at - 1}`);
+      // NaN (past the end) fails both comparisons: test for a digit, not for a non-digit.
+      if (!(c >= 48 && c <= 57) || length > MAX_FIELD_LENGTH) throw new FrameError(`bad field length at ${this.at - 1}`);
       length = length * 10 + (c - 48);
       c = text.charCodeAt(this.at++);
     }

@@ -1,0 +1,108 @@
+// HTTP_THREADS > 1 (issue 21): edge threads share the port and hand valid writes to the state
+// thread. What only shows with several threads: connections land on every thread; /metrics sums
+// them (intake_http_threads, every request counted once); a rate limit is per key across threads,
+// not per thread; a write sent after a 200 sees it, whichever thread each came through; a stop
+// with idle keep-alive connections on every thread ends with exit 0 (a thread that kept uWS
+// handles would make Node abort or hang). The conformance tests themselves run again with
+// HTTP_THREADS=2 in `npm test` (package.json, README "Development").
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { after, describe, test } from 'node:test';
+import { exportLines, KEY_A, LAUNCH_INFO, startServer, type TestServer } from './helpers/server.ts';
+
+const THREADS = { HTTP_THREADS: '2' };
+
+/** One request on a new connection of its own (the kernel spreads connections, not requests). */
+function postAlone(port: number, path: string, body: unknown): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const payload = JSON.stringify(body);
+    const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', agent: false, headers: { 'x-service-key': KEY_A, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode!));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+function metric(text: string, name: string): number {
+  let total = 0;
+  for (const line of text.split('\n')) if (line.startsWith(name)) total += Number(line.slice(line.lastIndexOf(' ') + 1));
+  return total;
+}
+
+describe('edge threads (HTTP_THREADS=2)', () => {
+  const servers: TestServer[] = [];
+  after(async () => {
+    for (const s of servers) await s.stop().catch(() => undefined);
+  });
+
+  test('connections land on both threads; /metrics counts each request once and says intake_http_threads 2', async () => {
+    const server = await startServer({ env: { ...THREADS, LOG_LEVEL: 'debug' } });
+    servers.push(server);
+    const statuses = await Promise.all(Array.from({ length: 60 }, (_, i) => postAlone(server.port, '/product', { id: `p${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    const edges = new Set(server.logs().filter((l) => l.includes('"msg":"request"')).map((l) => (JSON.parse(l) as { edge: number }).edge));
+    assert.deepEqual([...edges].sort(), [0, 1], 'both edge threads answered requests');
+    const text = (await server.request('/metrics')).text;
+    assert.equal(metric(text, 'intake_http_threads '), 2);
+    assert.equal(metric(text, 'intake_requests_total{route="product_upsert",status="200"}'), 60, 'summed over threads, counted once');
+    assert.equal(metric(text, 'process_cpu_seconds_total '), metric(text, 'process_cpu_seconds_total '), 'process metrics present');
+    assert.equal(text.split('\n').filter((l) => l.startsWith('process_cpu_user_seconds_total ')).length, 1, 'process-wide figures once, not once per thread');
+    assert.equal(exportLines(server.dataDir, 'products').length, 60);
+  });
+
+  test('a rate limit is per key across threads: 80 requests on 80 connections, burst 20, get 20 answers 200', async () => {
+    const server = await startServer({ env: { ...THREADS, RATE_LIMIT_PER_SECOND: '1', RATE_LIMIT_BURST: '20' } });
+    servers.push(server);
+    const statuses = await Promise.all(Array.from({ length: 80 }, (_, i) => postAlone(server.port, '/product', { id: `p${i}`, name: 'P' })));
+    const ok = statuses.filter((s) => s === 200).length;
+    // One token a second refills while the 80 run: at most a couple more than the burst.
+    assert.ok(ok >= 20 && ok <= 22, `${ok} answered 200 (per-thread buckets would allow up to 40)`);
+    assert.equal(statuses.filter((s) => s === 429).length, 80 - ok);
+    assert.equal(metric((await server.request('/metrics')).text, 'intake_rate_limited_total '), 80 - ok);
+  });
+
+  test('read-your-writes across threads: a write sent on any connection after a 200 sees it; journal order is answer order', async () => {
+    const server = await startServer({ env: THREADS });
+    servers.push(server);
+    // uWS closes a connection that pipelines a request behind one not yet answered (in either
+    // mode), so a client's order is the order of its answers: each write here waits for the last.
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, c) => {
+        for (let v = 1; v <= 15; v++) {
+          // A launch on one connection, the event on another (the kernel may put it on the other thread).
+          const launched = await new Promise<{ did: string }>((resolve, reject) => {
+            const payload = JSON.stringify({ timestamp: 1_700_000_000_000, info: LAUNCH_INFO });
+            const req = http.request({ host: '127.0.0.1', port: server.port, path: '/mcrs_appl_v1', method: 'POST', agent: false, headers: { 'x-service-key': KEY_A, 'content-type': 'application/json' } }, (res) => {
+              let text = '';
+              res.setEncoding('utf8').on('data', (d: string) => (text += d)).on('end', () => resolve(JSON.parse(text) as { did: string }));
+            });
+            req.on('error', reject);
+            req.end(payload);
+          });
+          assert.equal(await postAlone(server.port, '/msv_cevt', { did: launched.did, name: 'opened', timestamp: 1_700_000_000_000 }), 200, 'the device the 200 created is known to the next write');
+          assert.equal(await postAlone(server.port, '/product', { id: `conn${c}`, name: `v${v}` }), 200);
+        }
+      }),
+    );
+    const events = exportLines<{ kind: string; data: { id?: string; name?: string } }>(server.dataDir, 'events');
+    for (let c = 0; c < 8; c++) {
+      const names = events.filter((e) => e.kind === 'product_upsert' && e.data.id === `conn${c}`).map((e) => e.data.name);
+      assert.deepEqual(names, Array.from({ length: 15 }, (_, v) => `v${v + 1}`), 'journal order is the order sent');
+    }
+  });
+
+  test('SIGTERM with idle keep-alive connections on every thread: exit 0, quickly', async () => {
+    const server = await startServer({ env: THREADS });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
+    await Promise.all(
+      Array.from({ length: 16 }, () => new Promise((resolve) => http.get({ host: '127.0.0.1', port: server.port, path: '/healthz', agent }, (res) => res.resume().on('end', resolve)))),
+    );
+    const startedAt = Date.now();
+    assert.equal(await server.stop(), 0, server.stderr());
+    assert.ok(Date.now() - startedAt < 3000, `stopped in ${Date.now() - startedAt} ms`);
+    assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
+    agent.destroy();
+  });
+});
