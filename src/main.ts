@@ -2,10 +2,18 @@
 // mode (CLUSTER_POSTGRES_URL) the node also catches up with the cluster's journal before it
 // listens, then takes part in the leader election.
 // SIGTERM/SIGINT stop gracefully; SIGUSR2 takes a snapshot now.
+import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Intake } from './actors/intake.ts';
-import { ClusterNode, DivergedError } from './cluster/cluster-node.ts';
+import { ClusterNode, DivergedError, type ClusterMetrics } from './cluster/cluster-node.ts';
 import { NodeState } from './cluster/node-state.ts';
+import { ForwardEndpoint } from './cluster/forward-endpoint.ts';
+import { forwardLimitBytes } from './cluster/forward-protocol.ts';
+import { forwardingGate } from './cluster/forwarding-gate.ts';
+import { LeaderLink } from './cluster/leader-link.ts';
+import { SwitchingSink } from './cluster/switching-sink.ts';
+import { LocalLink } from './edge/local-link.ts';
+import type { CommandSink } from './state/command-sink.ts';
 import { clusterMetrics } from './telemetry/cluster-metrics.ts';
 import { Workspaces, type Workspace } from './actors/workspace.ts';
 import { Authenticator } from './auth/authenticator.ts';
@@ -87,8 +95,8 @@ function singleNodeGate(journal: Journal): WriteGate {
 }
 
 /**
- * A cluster node takes writes while it leads with the whole journal applied and its lease held;
- * /readyz is 200 then only, so a load balancer that checks it sends writes to the leader.
+ * A cluster node applies writes while it leads with the whole journal applied and its lease held
+ * (the state side's gate; its edges forward writes while it follows: cluster/forwarding-gate.ts).
  */
 function clusterGate(node: ClusterNode): WriteGate {
   return {
@@ -98,6 +106,23 @@ function clusterGate(node: ClusterNode): WriteGate {
     },
     notReady: () => node.refusal(),
   };
+}
+
+/** Set once the HTTP server runs: closes its connections (every edge thread's). */
+let closeServer: (() => Promise<void>) | null = null;
+/** How long an exit waits for the edge threads to close their connections. */
+const EXIT_CLOSE_TIMEOUT_MS = 1_500;
+
+/**
+ * Ends the process. Edge threads close their connections first: a thread still holding uWS
+ * handles when the process exits makes Node abort (or hang) instead of exiting with `code`.
+ */
+function exitProcess(code: number): void {
+  const close = closeServer;
+  if (close === null) process.exit(code);
+  closeServer = null;
+  const timer = new Promise((resolve) => setTimeout(resolve, EXIT_CLOSE_TIMEOUT_MS));
+  void Promise.race([close().catch(() => undefined), timer]).finally(() => process.exit(code));
 }
 
 async function main(): Promise<void> {
@@ -134,6 +159,9 @@ async function main(): Promise<void> {
   }
   // Cluster mode: set once the node exists; a failed commit makes the leader step down.
   let node: ClusterNode | null = null;
+  /** Cluster mode, HTTP_THREADS=1: told when this node starts or stops leading (where writes go). */
+  let leadingChanged: ((on: boolean) => void) | null = null;
+  let clusterCounters: ClusterMetrics | null = null;
   const journal = new Journal(store.journal, settings.commitMode, settings.journalMaxBatchRecords, {
     onCommit(records, commitLatencyMs) {
       metrics.batchRecords.observe(records);
@@ -148,7 +176,7 @@ async function main(): Promise<void> {
         // This node's own copy cannot be written (disk full, I/O error). It must not lead or
         // follow on a journal it cannot keep: it ends, and the cluster goes on without it.
         log.fatal({ err: error }, 'this node\'s own journal cannot be written: stopping (exit 1); fix the disk and start it again');
-        process.exit(1);
+        exitProcess(1);
       } else log.fatal({ err: error }, 'journal commit failed: refusing writes until restart');
     },
   }, settings.journalMaxCommitsInFlight);
@@ -194,6 +222,7 @@ async function main(): Promise<void> {
       leading(on) {
         if (on) delivery.start();
         else void delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
+        leadingChanged?.(on);
       },
       keepAfter,
     });
@@ -201,13 +230,13 @@ async function main(): Promise<void> {
       { url: settings.clusterPostgresUrl, cluster: settings.clusterName, leaseMs: settings.clusterLeaseMs, journalRetentionSeconds: settings.journalRetentionSeconds },
       state,
       log,
-      clusterMetrics(metrics.registry, () => node),
+      (clusterCounters = clusterMetrics(metrics.registry, () => node)),
     );
     // The leader stores each snapshot it completes in PostgreSQL, for nodes that join.
     writer.onWritten((meta) => node?.snapshotWritten(meta));
     node.onFatal = (error) => {
       process.stderr.write(`intake: ${error.message}\n`);
-      process.exit(1);
+      exitProcess(1);
     };
     await node.start();
   }
@@ -219,11 +248,34 @@ async function main(): Promise<void> {
   // With edge threads every thread takes from the same buckets (CONTRACT.md §9: a limit is per key).
   const rateLimits: RateLimiter = edgeThreads && settings.rateLimitPerSecond > 0 ? SharedRateLimits.create(settings.rateLimitPerSecond, settings.rateLimitBurst) : new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
   metrics.watchRateLimits(rateLimits);
-  const gate = node === null ? singleNodeGate(journal) : clusterGate(node);
-  // POST /batch runs its items through the write routes above (CONTRACT.md §13).
-  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
+  // The state side applies writes only where it may: a single node until its journal fails, the leader.
+  const stateGate = node === null ? singleNodeGate(journal) : clusterGate(node);
+  // POST /batch runs its items through the write routes above (CONTRACT.md §13), on the state side.
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log })];
   const openApiJson = JSON.stringify(buildOpenApi(routes, version));
   const clusterStatus = node === null ? null : () => Promise.resolve(JSON.stringify(node!.status()));
+  const executor = new CommandExecutor(routes, workspaces, stateGate, settings, log);
+  // Cluster mode (issue 21 item 3): a follower does the edge work and forwards valid writes to the
+  // leader (leader-link.ts); the leader runs followers' frames (forward-endpoint.ts).
+  let gate = stateGate;
+  let sink: CommandSink = executor;
+  let leaderLink: LeaderLink | null = null;
+  let forwardEndpoint: ForwardEndpoint | null = null;
+  if (node !== null) {
+    const clusterNode = node;
+    leaderLink = new LeaderLink({
+      origin: `${settings.nodeName !== '' ? settings.nodeName : hostname()}/${process.pid}.${randomBytes(6).toString('hex')}`,
+      target: () => clusterNode.forwardTarget(),
+      local: executor,
+      forwardTimeoutMs: settings.clusterForwardTimeoutMs > 0 ? settings.clusterForwardTimeoutMs : settings.clusterLeaseMs + 3_000,
+      keysRemembered: settings.idempotencyMaxKeys > 0,
+      log: log.child({ component: 'forward' }),
+      onRefused: () => clusterCounters?.forwardRefused(),
+    });
+    gate = forwardingGate(clusterNode, leaderLink);
+    sink = new SwitchingSink(() => clusterNode.role === 'leader', executor, leaderLink);
+    forwardEndpoint = new ForwardEndpoint(clusterNode, executor, log, clusterCounters);
+  }
   let server: HttpServer;
   if (edgeThreads) {
     // HTTP_THREADS > 1: edge threads do the HTTP work; this thread is the state thread.
@@ -238,7 +290,8 @@ async function main(): Promise<void> {
       rateLimits: rateLimits instanceof SharedRateLimits ? rateLimits.buffer : null,
       openApiJson,
       clusterStatus,
-      sink: new CommandExecutor(routes, workspaces, gate, settings, log),
+      sink,
+      forwarded: forwardEndpoint === null ? null : (secret, bytes) => forwardEndpoint.handle(secret, bytes),
       metrics,
       log,
     });
@@ -246,11 +299,13 @@ async function main(): Promise<void> {
     server = threads;
   } else {
     metrics.watchHttpThreads(() => 1);
-    server = await startHttpServer({
+    // A cluster node applies writes here while it leads; while it follows they go to the leader.
+    const followerLink = node === null ? null : new LocalLink(sink);
+    const mainServer = await startHttpServer({
       settings,
       auth,
       workspaces,
-      link: null,
+      link: node !== null && node.role !== 'leader' ? followerLink : null,
       routes,
       metricsText: async () => ({ text: await metrics.registry.metrics(), contentType: metrics.registry.contentType }),
       log,
@@ -258,11 +313,16 @@ async function main(): Promise<void> {
       rateLimits,
       gate,
       clusterStatus,
+      forwarded: forwardEndpoint === null ? null : { limitBytes: forwardLimitBytes(settings), handle: (secret, bytes) => forwardEndpoint.handle(secret, bytes) },
     });
+    leadingChanged = (on) => mainServer.setLink(on ? null : followerLink);
+    server = mainServer;
   }
+  closeServer = () => server.close();
   if (node !== null) {
     const host = settings.host === '0.0.0.0' || settings.host === '::' ? hostname() : settings.host;
-    node.elect(settings.nodeName !== '' ? settings.nodeName : `${hostname()}:${server.port}`, `http://${host}:${server.port}`);
+    const address = settings.clusterAdvertiseUrl !== '' ? settings.clusterAdvertiseUrl : `http://${host}:${server.port}`;
+    node.elect(settings.nodeName !== '' ? settings.nodeName : `${hostname()}:${server.port}`, address);
   }
 
   let stopping = false;
@@ -273,11 +333,13 @@ async function main(): Promise<void> {
     log.info({ signal }, 'stopping: no new requests, answering those in flight');
     setTimeout(() => {
       log.error('graceful stop took too long; exiting (the journal holds every acknowledged write)');
-      process.exit(1);
+      exitProcess(1);
     }, STOP_HARD_LIMIT_MS).unref();
     server.stopAccepting();
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
+    // Writes still waiting to be forwarded get 503 (they were not sent: nothing applied).
+    leaderLink?.stop();
     await journal.drain();
     await journal.markDurable();
     // A leader hands over now: another node leads within a second or two (CONTRACT.md §12).
@@ -297,11 +359,8 @@ async function main(): Promise<void> {
     await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
     const failure = journal.commitFailure;
     log.info({ durationMs: Date.now() - startedAt, journalFailed: failure !== null }, 'stopped');
-    // Edge threads close their connections first: a thread still holding uWS handles at exit
-    // aborts Node.
-    await server.close();
     // Exit 1 tells a supervisor the journal had failed: fix the disk, then restart.
-    process.exit(failure === null ? 0 : 1);
+    exitProcess(failure === null ? 0 : 1);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));

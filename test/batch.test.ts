@@ -1,7 +1,7 @@
 // POST /batch (CONTRACT.md §13, issue 20) over HTTP against the real server: order inside a
 // batch and its journal commits, per-item and whole-batch Idempotency-Keys (recognised across a
 // batch and the request alone), the limits (413, 422 envelope, 400, 415, 401, 429 needing n
-// tokens), cluster mode (a follower answers 503), and SIGKILL during a stream of batches.
+// tokens), cluster mode (a follower forwards a batch to the leader), and SIGKILL during a stream of batches.
 // test/batch-property.test.ts compares every kind of item with the same request sent alone.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -330,21 +330,20 @@ describe('POST /batch and the rate limit', () => {
 
 describe('POST /batch in cluster mode', () => {
   const cluster = clustersOfThisFile();
-  test('the leader takes a batch; a follower answers 503 with Retry-After and changes nothing, then applies the leader\'s batch', async () => {
+  test('the leader takes a batch; a batch sent to a follower is forwarded to the leader, which applies its items in order; the follower applies both', async () => {
     const c = cluster();
     const a = await c.add();
     assert.equal(await c.leader(), a);
     const b = await c.add();
-    const refused = await sendBatch(b, [product('f1')]);
-    assert.equal(refused.status, 503);
-    assert.equal(refused.body.type, 'ServiceUnavailableError');
-    assert.equal(refused.headers.get('retry-after'), '1');
+    await until('the follower to reach the leader', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);
+    const forwarded = await results(b, [product('f1'), { method: 'POST', path: '/collection', body: { id: 'fc', name: 'C' } }, { method: 'POST', path: '/collection/fc/products/add', body: { products: ['f1', 'missing'] } }]);
+    assert.deepEqual(statuses(forwarded), [200, 200, 422], 'each item as the leader judges it, in order');
     const list = await results(a, [product('l1'), { method: 'POST', path: '/collection', body: { id: 'lc', name: 'C' } }, { method: 'POST', path: '/collection/lc/products/add', body: { products: ['l1'] } }]);
     assert.deepEqual(statuses(list), [200, 200, 200]);
     const applied = (await a.status()).appliedSeq;
-    await until('the follower to apply the batch', async () => (await b.status()).appliedSeq === applied);
+    await until('the follower to apply the batches', async () => (await b.status()).appliedSeq === applied);
     assert.deepEqual(exportLines(b.dataDir, 'collections'), exportLines(a.dataDir, 'collections'));
-    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['l1']);
+    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['f1', 'l1']);
   });
 });
 

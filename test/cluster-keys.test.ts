@@ -31,7 +31,7 @@ function createdKey(c: TestCluster, workspace: string): string {
 
 /**
  * Whether `node` takes `key`: anything but 401. A body that fails validation applies nothing
- * (422 on the leader; a follower answers 503 after checking the key).
+ * (422 on every node: a follower validates before it would forward).
  */
 async function accepts(node: TestServer, key: string): Promise<boolean> {
   return (await node.post('/msv_cevt', {}, key)).status !== 401;

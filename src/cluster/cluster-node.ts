@@ -24,6 +24,7 @@
 // writes the cluster's journal may not hold. It steps down, rebuilds its state from its own data
 // directory (which only ever holds records PostgreSQL committed: the leader writes its local copy
 // after the commit), and follows again from there: same process, no restart.
+import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { exportLine } from '../journal/export-line.ts';
 import { NotLeadingError } from '../journal/journal.ts';
@@ -33,7 +34,7 @@ import type { SnapshotMeta } from '../journal/store.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { ClusterJournal, FencedError, type StoredBatch } from './cluster-journal.ts';
 import { ClusterSnapshots, type StoredSnapshot } from './cluster-snapshots.ts';
-import { Lease } from './lease.ts';
+import { Lease, type LeaseState } from './lease.ts';
 import { closeClient, connectClient, LazyClient } from './pg-client.ts';
 import { channelOf, ensureClusterRows, ensureSchema } from './schema.ts';
 
@@ -128,10 +129,24 @@ export interface ClusterNodeSettings {
 export interface ClusterMetrics {
   commitSeconds(seconds: number): void;
   renewalFailed(): void;
+  /** Leader: a follower's frame of `commands` forwarded writes arrived (forward-endpoint.ts). */
+  forwardFrame(commands: number): void;
+  /** Follower: a write it took was answered 503 here, not by a leader (leader-link.ts). */
+  forwardRefused(): void;
 }
 
 /** The local journal is not a prefix of the cluster's (checkPrefix). */
 export class DivergedError extends Error {}
+
+/** Where a follower forwards writes (leader-link.ts): the leader of an epoch, as its lease row says. */
+export interface LeaderTarget {
+  name: string;
+  /** Its address (http://host:port), as it wrote it in the lease. */
+  url: string;
+  /** Its endpoint's secret for that epoch (forward-protocol.ts). */
+  secret: string;
+  epoch: number;
+}
 
 export interface ClusterStatus {
   node: string;
@@ -160,6 +175,10 @@ export class ClusterNode {
   private roleNow: Role = 'follower';
   private epochNow = 0;
   private leaderName: string | null = null;
+  /** Followers: the live leader's lease (address, secret), as last read; null when none is live. */
+  private leaderTarget: LeaderTarget | null = null;
+  /** Leading: this epoch's secret for forwarded writes (stored in the lease row at the takeover). */
+  private ownSecret: string | null = null;
   /** The last seq the journal is known to hold (from NOTIFYs, reads and takeovers). */
   private knownHeadSeq = 0;
   /** After a takeover: the journal's end as of it; the node leads once it has applied this far. */
@@ -235,6 +254,22 @@ export class ClusterNode {
   /** Writes are accepted: this node leads, has applied the whole journal, and its lease holds. */
   get accepting(): boolean {
     return this.roleNow === 'leader' && performance.now() < this.leaseValidUntil;
+  }
+
+  /**
+   * Where writes taken here go (leader-link.ts): 'self' while this node accepts them, the live
+   * leader while this node follows, null while no leader is known or this node is between roles
+   * (a candidate catching up, stepping down).
+   */
+  forwardTarget(): LeaderTarget | 'self' | null {
+    if (this.accepting) return 'self';
+    if (this.roleNow !== 'follower') return null;
+    return this.leaderTarget;
+  }
+
+  /** The secret followers must send with forwarded writes, while this node leads; else null. */
+  forwardSecret(): string | null {
+    return this.roleNow === 'leader' ? this.ownSecret : null;
   }
 
   /** Why a write is refused here (503 with Retry-After: 1), or null when it is accepted. */
@@ -636,10 +671,15 @@ export class ClusterNode {
     }
     this.epochNow = Math.max(this.epochNow, state.epoch);
     this.leaderName = state.live ? state.node : null;
+    this.noteLeader(state);
     if (state.live) return;
     const sentAt = performance.now();
-    const taken = await this.leaseClient.use((client) => this.lease.takeOver(client, this.name, this.address));
+    // A new secret per epoch: a follower still holding an older one is refused (401) and reads the lease again.
+    const secret = randomBytes(24).toString('base64url');
+    const taken = await this.leaseClient.use((client) => this.lease.takeOver(client, this.name, this.address, secret));
     if (taken === null) return;
+    this.ownSecret = secret;
+    this.leaderTarget = null;
     this.leaseValidUntil = sentAt + this.settings.leaseMs;
     this.epochNow = taken.epoch;
     this.leaderName = this.name;
@@ -648,6 +688,15 @@ export class ClusterNode {
     this.roleNow = 'candidate';
     this.log.info({ epoch: taken.epoch, journalSeq: taken.lastSeq, appliedSeq: this.host.appliedSeq() }, 'took the leader lease; applying the journal to its end before accepting writes');
     this.wake?.();
+  }
+
+  /** A follower's view of the live leader, for forwarding; the same object while the lease row says the same. */
+  private noteLeader(state: LeaseState): void {
+    const t = this.leaderTarget;
+    if (!state.live || state.node === null || state.node === this.name || state.address === null || state.secret === null) this.leaderTarget = null;
+    else if (t === null || t.name !== state.node || t.url !== state.address || t.secret !== state.secret || t.epoch !== state.epoch) {
+      this.leaderTarget = { name: state.node, url: state.address, secret: state.secret, epoch: state.epoch };
+    }
   }
 
   private async renew(): Promise<void> {
@@ -707,6 +756,7 @@ export class ClusterNode {
     const epoch = this.epochNow;
     this.roleNow = 'stepping-down';
     this.leaderName = null;
+    this.leaderTarget = null;
     this.log.warn({ reason, err: error.message, epoch: this.epochNow }, 'stepping down: no longer accepting writes');
     if (wasLeader) this.host.leading(false);
     const lost = wasLeader ? await this.host.stopLeading(error) : false;

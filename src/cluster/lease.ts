@@ -10,6 +10,8 @@ export interface LeaseState {
   /** The node holding (or that last held) the lease, null when none ever did. */
   node: string | null;
   address: string | null;
+  /** The secret of its endpoint for forwarded writes (forward-protocol.ts), null before any. */
+  secret: string | null;
   epoch: number;
   /** Still valid by PostgreSQL's clock. */
   live: boolean;
@@ -24,25 +26,28 @@ export class Lease {
   ) {}
 
   async read(client: pg.Client): Promise<LeaseState> {
-    const { rows } = await client.query<{ node: string | null; address: string | null; epoch: string; live: boolean }>(
-      `SELECT node, address, epoch, expires_at > clock_timestamp() AS live FROM ${SCHEMA}.lease WHERE cluster = $1`,
+    const { rows } = await client.query<{ node: string | null; address: string | null; forward_secret: string | null; epoch: string; live: boolean }>(
+      `SELECT node, address, forward_secret, epoch, expires_at > clock_timestamp() AS live FROM ${SCHEMA}.lease WHERE cluster = $1`,
       [this.cluster],
     );
     const row = rows[0];
-    return row === undefined ? { node: null, address: null, epoch: 0, live: false, exists: false } : { node: row.node, address: row.address, epoch: Number(row.epoch), live: row.live, exists: true };
+    return row === undefined
+      ? { node: null, address: null, secret: null, epoch: 0, live: false, exists: false }
+      : { node: row.node, address: row.address, secret: row.forward_secret, epoch: Number(row.epoch), live: row.live, exists: true };
   }
 
   /**
    * Takes the lease if it has expired (or was released): a compare-and-set that also bumps the
    * epoch, and in the same statement moves the head row to the new epoch, so that from this
    * statement's commit on no earlier leader can commit. Returns the new epoch and the journal's
-   * last seq as of the takeover, or null when the lease is still someone's.
+   * last seq as of the takeover, or null when the lease is still someone's. `secret` is the new
+   * epoch's secret for forwarded writes.
    */
-  async takeOver(client: pg.Client, node: string, address: string): Promise<{ epoch: number; lastSeq: number } | null> {
+  async takeOver(client: pg.Client, node: string, address: string, secret: string | null = null): Promise<{ epoch: number; lastSeq: number } | null> {
     const { rows } = await client.query<{ epoch: string; last_seq: string }>(
       `WITH l AS (
          UPDATE ${SCHEMA}.lease
-         SET node = $2, address = $3, epoch = epoch + 1, expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+         SET node = $2, address = $3, forward_secret = $5, epoch = epoch + 1, expires_at = clock_timestamp() + $4 * interval '1 millisecond'
          WHERE cluster = $1 AND expires_at <= clock_timestamp()
            -- never a lease without its head row: the epoch would be bumped for nobody
            AND EXISTS (SELECT 1 FROM ${SCHEMA}.head WHERE head.cluster = $1)
@@ -52,7 +57,7 @@ export class Lease {
          RETURNING head.epoch, head.last_seq
        )
        SELECT epoch, last_seq FROM h`,
-      [this.cluster, node, address, this.leaseMs],
+      [this.cluster, node, address, this.leaseMs, secret],
     );
     const row = rows[0];
     return row === undefined ? null : { epoch: Number(row.epoch), lastSeq: Number(row.last_seq) };

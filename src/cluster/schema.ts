@@ -17,6 +17,10 @@ const DDL = [
      address text,
      epoch bigint NOT NULL,
      expires_at timestamptz NOT NULL)`,
+  // The secret of the leader's internal endpoint for forwarded writes (forward-protocol.ts): a
+  // new one with each takeover, read by the followers with the lease. Added to tables made
+  // before followers forwarded.
+  `ALTER TABLE ${SCHEMA}.lease ADD COLUMN IF NOT EXISTS forward_secret text`,
   // The journal's head: the epoch allowed to commit and the last committed seq. Every commit is
   // a compare-and-set on this row; a takeover bumps its epoch in the same statement that takes
   // the lease. That row is what makes two leaders' commits impossible (cluster-journal.ts).

@@ -45,6 +45,8 @@ export interface Settings {
   clusterName: string;
   nodeName: string;
   clusterLeaseMs: number;
+  clusterForwardTimeoutMs: number;
+  clusterAdvertiseUrl: string;
 }
 
 type Kind = 'string' | 'integer';
@@ -110,6 +112,8 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'clusterName', env: 'CLUSTER_NAME', flag: '--cluster-name', kind: 'string', defaultValue: 'intake', pattern: /^[A-Za-z0-9_-]{1,40}$/, patternHint: 'letters, digits, _ and -, at most 40', description: 'cluster mode: nodes with the same URL and name serve one data set (several clusters may share one database)' },
   { key: 'nodeName', env: 'NODE_NAME', flag: '--node-name', kind: 'string', defaultValue: '', defaultLabel: 'host name and port', pattern: /^[\x21-\x7e]{1,128}$/, patternHint: '1 to 128 printable ASCII characters, no spaces', description: 'cluster mode: this node\'s name, unique in its cluster (logs, metrics, GET /cluster)' },
   { key: 'clusterLeaseMs', env: 'CLUSTER_LEASE_MS', flag: '--cluster-lease-ms', kind: 'integer', defaultValue: 5000, min: 250, max: 600_000, description: 'cluster mode: how long a leader that stopped renewing keeps its role (it renews about 5 times per lease)' },
+  { key: 'clusterForwardTimeoutMs', env: 'CLUSTER_FORWARD_TIMEOUT_MS', flag: '--cluster-forward-timeout-ms', kind: 'integer', defaultValue: 0, defaultLabel: 'CLUSTER_LEASE_MS + 3000', min: 0, max: 600_000, description: 'cluster mode: how long a follower holds a write it forwards to the leader while no leader answers (a leader change), before it answers 503 with Retry-After (0: CLUSTER_LEASE_MS + 3000)' },
+  { key: 'clusterAdvertiseUrl', env: 'CLUSTER_ADVERTISE_URL', flag: '--cluster-advertise-url', kind: 'string', defaultValue: '', defaultLabel: 'http://HOST:PORT', pattern: /^https?:\/\/[^\s/]+$/, patternHint: 'http://host:port, no path', description: 'cluster mode: the address other nodes forward writes to while this node leads (empty: http://HOST:PORT, with the host name when HOST is 0.0.0.0 or ::)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout; debug adds one line per request)' },
 ];
 

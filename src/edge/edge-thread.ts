@@ -20,6 +20,8 @@ import { offloadsMapping } from '../workers/mapping-pool.ts';
 import { PushedKeys } from './pushed-keys.ts';
 import { SharedRateLimits } from './shared-rate-limits.ts';
 import { ThreadLink } from './thread-link.ts';
+import { ForwardRelay } from './forward-relay.ts';
+import { forwardLimitBytes } from '../cluster/forward-protocol.ts';
 
 /** A question to the state thread (/metrics, /cluster) waits at most this long. */
 const ASK_TIMEOUT_MS = 5_000;
@@ -53,6 +55,8 @@ async function run(): Promise<void> {
   });
   const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
   const link = new ThreadLink(port);
+  // Cluster mode: followers' forwarded frames go to the state thread, which runs them when it leads.
+  const relay = start.clustered ? new ForwardRelay(port) : null;
 
   let nextAsk = 1;
   const asked = new Map<number, { done: (told: { text: string; contentType: string }) => void; fail: (error: Error) => void }>();
@@ -87,6 +91,7 @@ async function run(): Promise<void> {
       rateLimits,
       gate,
       clusterStatus: start.clustered ? async () => (await ask('cluster')).text : null,
+      forwarded: relay === null ? null : { limitBytes: forwardLimitBytes(settings), handle: (secret, bytes) => relay.handle(secret, bytes) },
     });
   } catch (error) {
     post({ t: 'listen-failed', message: (error as Error).message });
@@ -115,6 +120,8 @@ async function run(): Promise<void> {
         else waiting.fail(new Error(message.text));
         return;
       }
+      case 'forwarded':
+        return relay?.answered(message.id, message);
       case 'stop':
         return server.stopAccepting();
       case 'settle':

@@ -7,9 +7,8 @@ import { CommandWriter, readAnswers } from '../handoff/frames.ts';
 import type { CommandKind } from '../handoff/frames.ts';
 import type { EdgeMessage } from '../handoff/thread-messages.ts';
 import type { PendingRequest, StateLink } from '../http/pending-request.ts';
+import { commandOf } from './command-of.ts';
 
-const NO_SCOPE: readonly [number, number, number] = [0, 0, 0];
-const NO_PRINT: readonly [number, number] = [0, 0];
 
 /** Bytes that own their whole ArrayBuffer, so it can be transferred (a pooled Buffer's cannot). */
 function ownBytes(bytes: Uint8Array): Uint8Array {
@@ -40,22 +39,7 @@ export class ThreadLink implements StateLink {
   submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void {
     const id = this.nextId++;
     this.waiting.set(id, request);
-    const claim = request.idempotency;
-    this.writer.add({
-      id,
-      kind,
-      route: request.route.name,
-      workspace: request.workspaceName,
-      param: request.param,
-      at: request.at,
-      requestId: request.requestId,
-      idempotencyKey: claim === null ? '' : claim.key,
-      scope: claim === null ? NO_SCOPE : [claim.h0, claim.h1, claim.h2],
-      fingerprint: claim === null ? NO_PRINT : [claim.f0, claim.f1],
-      gzip: request.encoding === 'gzip',
-      text,
-      bytes: bytes === null ? null : ownBytes(bytes),
-    });
+    this.writer.add(commandOf(request, id, kind, text, bytes === null ? null : ownBytes(bytes)));
     if (this.scheduled) {
       if (this.writer.count >= FLUSH_COMMANDS) this.flush();
       return;

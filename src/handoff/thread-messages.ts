@@ -34,6 +34,11 @@ export type EdgeMessage =
   | { t: 'ask'; id: number; what: 'metrics' | 'cluster' }
   /** Its share of /metrics (prom-client's JSON), for a scrape under way. */
   | { t: 'metrics'; id: number; json: unknown }
+  /**
+   * Cluster mode: a follower's forwarded frame, as received on the leader's internal endpoint
+   * (cluster/forward-protocol.ts), with the secret it came with; the state thread answers `forwarded`.
+   */
+  | { t: 'forward'; id: number; secret: string; bytes: Uint8Array }
   | { t: 'settled' }
   | { t: 'closed' };
 
@@ -44,6 +49,8 @@ export type StateMessage =
   | { t: 'gate'; gate: GateState }
   | { t: 'collect'; id: number }
   | { t: 'told'; id: number; status: number; text: string; contentType: string }
+  /** The answer to a `forward`: what the endpoint answers the follower. */
+  | { t: 'forwarded'; id: number; status: number; text: string; retryAfterSeconds: number | null }
   /** Stop accepting (listen socket closed; new requests on open connections get 503 and close). */
   | { t: 'stop' }
   /** Tell `settled` once no request is in flight, or after `timeoutMs`. */

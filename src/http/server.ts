@@ -17,7 +17,8 @@ import type { WriteGate } from './write-gate.ts';
 import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
 import { PendingRequest, type RequestEnvironment, type StateLink, type WriteRoute } from './pending-request.ts';
-import { OK, send, sendError, type SendOptions } from './respond.ts';
+import { OK, send, sendError, statusLine, type SendOptions } from './respond.ts';
+import { FORWARD_PATH, FORWARD_SECRET_HEADER, type ForwardReply } from '../cluster/forward-protocol.ts';
 
 export interface ServerDependencies {
   settings: Settings;
@@ -36,6 +37,11 @@ export interface ServerDependencies {
   gate: WriteGate;
   /** Cluster mode: what GET /cluster answers, as JSON text (null on a single node: 404). */
   clusterStatus: (() => Promise<string>) | null;
+  /**
+   * Cluster mode: the leader's internal endpoint for followers' forwarded writes
+   * (cluster/forward-protocol.ts). Absent on a single node: the path is then 404.
+   */
+  forwarded?: { limitBytes: number; handle(secret: string, bytes: Buffer): Promise<ForwardReply> } | null;
 }
 
 export interface HttpServer {
@@ -49,6 +55,12 @@ export interface HttpServer {
   settled(timeoutMs: number): Promise<void>;
   /** Closes every connection (a thread must, before it ends: uWS handles would abort Node). */
   close(): Promise<void>;
+}
+
+/** The server of the main thread, whose writes may go elsewhere for a while (a cluster follower). */
+export interface MainHttpServer extends HttpServer {
+  /** From now on, valid writes go to `link` (null: applied on this thread). */
+  setLink(link: StateLink | null): void;
 }
 
 /** The read-only endpoints (a batch item naming one of them gets the 405 it would get alone). */
@@ -65,7 +77,7 @@ const CLOSE: SendOptions = { close: true };
 
 const SHUTTING_DOWN = 'the server is shutting down';
 
-export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
+export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
   const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link };
@@ -163,6 +175,62 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
       },
     );
   };
+  const forwarded = deps.forwarded ?? null;
+  if (forwarded !== null) {
+    // Not a public route: no 405 for other methods, not in /openapi.json. The body is the
+    // follower's frame; the answer comes once every command in it is answered.
+    const leave = (): void => {
+      if (--env.inFlight === 0 && env.onIdle !== null) {
+        const idle = env.onIdle;
+        env.onIdle = null;
+        idle();
+      }
+    };
+    app.post(FORWARD_PATH, (res, req) => {
+      const requestId = idOf(req);
+      if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
+      const secret = req.getHeader(FORWARD_SECRET_HEADER);
+      env.inFlight++;
+      let finished = false;
+      let aborted = false;
+      const finish = (): void => {
+        if (finished) return;
+        finished = true;
+        leave();
+      };
+      res.onAborted(() => {
+        aborted = true;
+        finish();
+      });
+      const chunks: Buffer[] = [];
+      let received = 0;
+      res.onData((chunk, isLast) => {
+        if (finished) return;
+        received += chunk.byteLength;
+        if (received > forwarded.limitBytes) {
+          sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+          return finish();
+        }
+        // uWS reuses the chunk's memory after we return: copy it.
+        chunks.push(Buffer.from(chunk.slice(0)));
+        if (!isLast) return;
+        forwarded.handle(secret, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).then(
+          (reply) => {
+            if (!aborted) {
+              const options: SendOptions = reply.status === 200 ? { contentType: 'text/plain; charset=utf-8' } : reply.retryAfterSeconds === null ? {} : { header: ['retry-after', String(reply.retryAfterSeconds)] };
+              send(res, requestId, statusLine(reply.status), reply.text, options);
+            }
+            finish();
+          },
+          (error: unknown) => {
+            log.error({ err: error, reqId: requestId }, 'forwarded writes failed');
+            if (!aborted) sendError(res, requestId, ERRORS.internal);
+            finish();
+          },
+        );
+      });
+    });
+  }
   const clusterStatus = deps.clusterStatus;
   app.get('/cluster', (res, req) => {
     if (clusterStatus === null) sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
@@ -191,6 +259,9 @@ export function startHttpServer(deps: ServerDependencies): Promise<HttpServer> {
       let listening: us_listen_socket | null = socket;
       resolve({
         port,
+        setLink(link) {
+          env.link = link;
+        },
         stopAccepting() {
           stopping = true;
           if (listening !== null) uWS.us_listen_socket_close(listening);

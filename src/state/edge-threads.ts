@@ -14,6 +14,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
 import type { CommandSink } from './command-sink.ts';
+import type { ForwardReply } from '../cluster/forward-protocol.ts';
 
 /** How often the gate (journal failed? leading?) is looked at for changes to pass on. */
 const GATE_POLL_MS = 50;
@@ -53,6 +54,8 @@ export interface EdgeThreadsOptions {
   clusterStatus: (() => Promise<string>) | null;
   /** Runs the edges' commands (the executor; on a follower, the forwarder to the leader). */
   sink: CommandSink;
+  /** Cluster mode: runs the frames followers forward to this node (cluster/forward-endpoint.ts). */
+  forwarded: ((secret: string, bytes: Buffer) => Promise<ForwardReply>) | null;
   metrics: Metrics;
   log: Logger;
 }
@@ -172,6 +175,9 @@ export class EdgeThreads implements HttpServer {
       case 'ask':
         void this.answerAsk(edge, message.id, message.what);
         return;
+      case 'forward':
+        void this.runForwarded(edge, message.id, message.secret, message.bytes);
+        return;
       case 'metrics': {
         const scrape = this.collecting.get(message.id);
         if (scrape === undefined) return;
@@ -196,9 +202,25 @@ export class EdgeThreads implements HttpServer {
       edge.scheduled = true;
       setImmediate(() => {
         edge.scheduled = false;
+        // A gate change goes out before the answers of this turn (one port keeps its order): a
+        // client that got the 503 of a failed commit finds every edge refusing its next write.
+        this.checkGate();
         if (edge.answers.count > 0) edge.post({ t: 'answers', text: edge.answers.take() });
       });
     };
+  }
+
+  /** A follower's frame an edge received: run here, answered back to that edge. */
+  private async runForwarded(edge: Edge, id: number, secret: string, bytes: Uint8Array): Promise<void> {
+    let reply: ForwardReply;
+    try {
+      if (this.options.forwarded === null) throw new Error('not in cluster mode');
+      reply = await this.options.forwarded(secret, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    } catch (error) {
+      this.options.log.error({ err: error }, 'running forwarded writes failed');
+      reply = { status: 500, text: '{"type":"InternalError","message":"internal error"}', retryAfterSeconds: null };
+    }
+    edge.post({ t: 'forwarded', id, ...reply });
   }
 
   private async answerAsk(edge: Edge, id: number, what: 'metrics' | 'cluster'): Promise<void> {
@@ -248,7 +270,8 @@ export class EdgeThreads implements HttpServer {
 
   private checkGate(): void {
     const now = this.readGate();
-    if (JSON.stringify(now) === JSON.stringify(this.gateState)) return;
+    const was = this.gateState;
+    if (now.notReady === was.notReady && now.refusal?.message === was.refusal?.message && now.refusal?.retryAfterSeconds === was.refusal?.retryAfterSeconds) return;
     this.gateState = now;
     for (const edge of this.edges) edge?.post({ t: 'gate', gate: now });
   }

@@ -50,8 +50,28 @@ export function clusterMetrics(registry: client.Registry, node: () => ClusterGau
     help: 'lease renewals that failed (PostgreSQL unreachable or too slow)',
     registers: [registry],
   });
+  const forwardFrames = new client.Counter({
+    name: 'intake_cluster_forward_frames_total',
+    help: 'frames of forwarded writes this node received from followers as leader (probes not counted)',
+    registers: [registry],
+  });
+  const forwardCommands = new client.Counter({
+    name: 'intake_cluster_forward_commands_total',
+    help: 'forwarded writes this node received from followers as leader, a follower\'s retries included',
+    registers: [registry],
+  });
+  const forwardRefused = new client.Counter({
+    name: 'intake_cluster_forward_refused_total',
+    help: 'writes this node took as a follower and answered 503 itself (no leader took them in time, too many waiting, the leader changed before it answered)',
+    registers: [registry],
+  });
   return {
     commitSeconds: (seconds) => commitSeconds.observe(seconds),
     renewalFailed: () => renewalFailures.inc(),
+    forwardFrame: (commands) => {
+      forwardFrames.inc();
+      forwardCommands.inc(commands);
+    },
+    forwardRefused: () => forwardRefused.inc(),
   };
 }

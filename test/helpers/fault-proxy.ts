@@ -33,7 +33,7 @@ export interface FaultProxy {
   close(): Promise<void>;
 }
 
-const FORWARDED = ['x-service-key', 'idempotency-key', 'content-type', 'content-encoding'];
+const FORWARDED = ['x-service-key', 'idempotency-key', 'content-type', 'content-encoding', 'x-intake-cluster-secret'];
 const RELAYED = ['content-type', 'retry-after', 'idempotent-replayed'];
 
 async function readBody(req: IncomingMessage): Promise<Buffer> {

@@ -1,0 +1,78 @@
+// The leader's side of forwarding (issue 21 item 3): a frame of commands a follower validated
+// (forward-protocol.ts) is checked (this node leads, the secret is this epoch's), each command is
+// run through the state's CommandSink in order, unless the dedup table already saw it (a retry),
+// and the POST is answered once every command of the frame has its answer. Runs on the state
+// thread: the main thread's HTTP server calls it directly (HTTP_THREADS=1), an edge thread posts
+// the bytes to the state thread, which calls it (HTTP_THREADS>1).
+import { timingSafeEqual } from 'node:crypto';
+import { AnswerWriter, FrameError, readCommands, type Answer, type Command } from '../handoff/frames.ts';
+import { frameFromBytes } from '../handoff/wire.ts';
+import { ERRORS, errorBody } from '../http/errors.ts';
+import type { CommandSink } from '../state/command-sink.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import { ForwardDedup } from './forward-dedup.ts';
+import type { ForwardReply } from './forward-protocol.ts';
+
+/** What the endpoint needs of the cluster node. */
+export interface ForwardingLeader {
+  /** Why writes are not taken here now (not leading, lease not held), or null. */
+  refusal(): string | null;
+  /** This epoch's secret while leading, else null. */
+  forwardSecret(): string | null;
+}
+
+function sameSecret(sent: string, own: string): boolean {
+  const a = Buffer.from(sent);
+  const b = Buffer.from(own);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+export class ForwardEndpoint {
+  constructor(
+    private readonly node: ForwardingLeader,
+    private readonly sink: CommandSink,
+    private readonly log: Logger,
+    private readonly metrics: { forwardFrame(commands: number): void } | null = null,
+    private readonly dedup = new ForwardDedup(),
+  ) {}
+
+  handle(secret: string, bytes: Buffer): Promise<ForwardReply> {
+    const refusal = this.node.refusal();
+    if (refusal !== null) return Promise.resolve({ status: 503, text: errorBody(ERRORS.serviceUnavailable, refusal), retryAfterSeconds: 1 });
+    const own = this.node.forwardSecret();
+    if (own === null || !sameSecret(secret, own)) {
+      return Promise.resolve({ status: 401, text: errorBody(ERRORS.authentication, 'not this epoch\'s cluster secret'), retryAfterSeconds: null });
+    }
+    let origin: string;
+    let commands: Command[];
+    try {
+      const decoded = frameFromBytes(bytes);
+      origin = decoded.origin;
+      commands = readCommands(decoded.frame);
+    } catch (error) {
+      if (!(error instanceof FrameError)) throw error;
+      this.log.error({ err: error }, 'a forwarded frame does not parse (a follower of another version?); nothing of it applied');
+      return Promise.resolve({ status: 400, text: errorBody(ERRORS.malformedJson, `not a frame of commands: ${error.message}`), retryAfterSeconds: null });
+    }
+    // An empty frame is a follower's probe: this node leads and the secret holds.
+    if (commands.length === 0) return Promise.resolve({ status: 200, text: '', retryAfterSeconds: null });
+    this.metrics?.forwardFrame(commands.length);
+    return new Promise((resolve) => {
+      const answers: Answer[] = new Array<Answer>(commands.length);
+      let open = commands.length;
+      const now = performance.now();
+      for (let i = 0; i < commands.length; i++) {
+        const command = commands[i]!;
+        const reply = (answer: Answer): void => {
+          answers[i] = answer;
+          if (--open > 0) return;
+          const writer = new AnswerWriter();
+          for (const a of answers) writer.add(a);
+          resolve({ status: 200, text: writer.take(), retryAfterSeconds: null });
+        };
+        const fresh = this.dedup.take(origin, command.id, reply, now);
+        if (fresh !== null) this.sink.run(command, fresh);
+      }
+    });
+  }
+}

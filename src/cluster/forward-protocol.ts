@@ -1,0 +1,40 @@
+// The leader's internal endpoint for followers' forwarded writes (issue 21 item 3): its path, its
+// header, its limit and its answer. Not a public API: not in /openapi.json, not a batch path, and
+// refused without the current epoch's secret (forward-endpoint.ts).
+//
+// POST FORWARD_PATH, header FORWARD_SECRET_HEADER: <the secret the leader stored in its lease
+// row>, body: frameToBytes(origin, frame) (handoff/wire.ts). Answers:
+// - 200, body: the answers frame text (handoff/frames.ts AnswerWriter), one answer per command;
+//   an empty frame (a probe) gets an empty 200;
+// - 503 (with Retry-After): this node does not take writes now (not the leader, stopping);
+//   nothing of the frame was applied;
+// - 401: not this epoch's secret (a follower that read an older lease); nothing was applied;
+// - 400 (not a frame), 413 (too big): nothing was applied.
+import type { Settings } from '../config/settings.ts';
+
+export const FORWARD_PATH = '/_cluster/commands';
+export const FORWARD_SECRET_HEADER = 'x-intake-cluster-secret';
+
+/** What the endpoint answers, whichever thread holds the connection. */
+export interface ForwardReply {
+  status: number;
+  /** The answers frame text (200), or a JSON error body. */
+  text: string;
+  /** Whole seconds for Retry-After (a 503), or null. */
+  retryAfterSeconds: number | null;
+}
+
+/** A follower packs commands into one frame up to this many bytes (one bigger command goes alone)... */
+export const FRAME_MAX_BYTES = 4 * 1024 * 1024;
+/** ...and up to this many commands. */
+export const FRAME_MAX_COMMANDS = 1024;
+/** Room for the fields of a frame's commands besides their bodies. */
+const FRAME_OVERHEAD_BYTES = 1024 * 1024;
+
+/**
+ * The largest forwarded frame a leader reads: one command with the largest body any endpoint
+ * takes (a follower sends such a command alone), or a full frame, plus the commands' fields.
+ */
+export function forwardLimitBytes(settings: Pick<Settings, 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>): number {
+  return Math.max(settings.bodyLimitBytes, settings.mappingBodyLimitBytes, settings.batchBodyLimitBytes, FRAME_MAX_BYTES) + FRAME_OVERHEAD_BYTES;
+}

@@ -1,0 +1,229 @@
+// Followers as edges (issue 21 item 3, CONTRACT.md §12): a write sent to any node of a cluster is
+// validated there and, on a follower, forwarded to the leader, whose answer the client gets. Real
+// intake processes on the machine's PostgreSQL, one CLUSTER_NAME per cluster; where a test needs
+// the connection between a follower and the leader to misbehave, the leader advertises a fault
+// proxy (test/helpers/fault-proxy.ts) in front of itself (CLUSTER_ADVERTISE_URL). The suite runs
+// once with HTTP_THREADS=1 (the main thread forwards) and once with HTTP_THREADS=2 (edge threads
+// hand writes to the state thread, which forwards them).
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { freePort } from '../bench/lib/sink-servers.ts';
+import { startFaultProxy, type Action, type FaultProxy } from './helpers/fault-proxy.ts';
+import { exportLines, LAUNCH_INFO, T0, type Response } from './helpers/server.ts';
+import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
+import { until } from './helpers/wait.ts';
+
+const cluster = clustersOfThisFile();
+
+/** A forwarded frame with at least one command (a probe's empty frame is a few dozen bytes). */
+function carriesCommands(headers: { 'content-length'?: string | undefined }): boolean {
+  return Number(headers['content-length'] ?? 0) > 100;
+}
+
+const WHATS = ['events', 'devices', 'customers', 'products', 'collections'];
+
+/** The two nodes' exports are the same once the follower has applied all the leader committed. */
+async function sameState(leader: TestNode, follower: TestNode): Promise<void> {
+  const applied = (await leader.status()).appliedSeq;
+  await until('the follower to apply everything', async () => (await follower.status()).appliedSeq === applied);
+  for (const what of WHATS) assert.deepEqual(exportLines(follower.dataDir, what), exportLines(leader.dataDir, what), `${what}: the follower's export equals the leader's`);
+}
+
+/** A cluster whose leader `a` is reached by the followers through a fault proxy. */
+async function proxiedCluster(c: TestCluster): Promise<{ a: TestNode; b: TestNode; proxy: FaultProxy; plan: { action: (seen: { headers: Record<string, string | string[] | undefined> }) => Action } }> {
+  const port = await freePort();
+  const plan = { action: (_seen: { headers: Record<string, string | string[] | undefined> }): Action => ({ kind: 'pass' }) };
+  const proxy = await startFaultProxy(`http://127.0.0.1:${port}`, (seen) => plan.action(seen));
+  const a = await c.add({ env: { PORT: String(port), CLUSTER_ADVERTISE_URL: proxy.url } });
+  assert.equal(await c.leader(), a);
+  const b = await c.add();
+  await until('the follower to reach the leader', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);
+  return { a, b, proxy, plan };
+}
+
+function retryAfter(res: Response): string | null {
+  return res.headers.get('retry-after');
+}
+
+for (const threads of ['1', '2']) {
+  describe(`followers forward writes to the leader (HTTP_THREADS=${threads})`, () => {
+    test('a write sent to a follower gets the leader\'s answer (200, a launch\'s did and sid, 422 from the state, a batch), in order, and is in both nodes\' state; an Idempotency-Key retried through another node replays', async () => {
+      const c = cluster({ HTTP_THREADS: threads });
+      const a = await c.add();
+      assert.equal(await c.leader(), a);
+      const b = await c.add();
+      await until('/readyz 200 on the follower (a leader answers it)', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);
+      assert.equal((await b.status()).role, 'follower');
+
+      // A first launch through the follower: the leader's did and sid; then that device's writes,
+      // each sent after the previous answer (one connection's order).
+      const launched = await b.post<{ did: string; sid: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO });
+      assert.equal(launched.status, 200, launched.text);
+      assert.match(launched.body.did, /^[A-Za-z0-9_-]{21}$/);
+      assert.match(launched.body.sid, /^[A-Za-z0-9_-]{21}$/);
+      const did = launched.body.did;
+      for (let i = 0; i < 5; i++) {
+        const res = await b.post('/msv_cevt', { did, name: `e${i}`, timestamp: T0 + i });
+        assert.equal(res.status, 200, res.text);
+        assert.deepEqual(res.body, { success: true });
+      }
+      assert.equal((await b.post('/msv_cs_id', { did, clientCustomerId: 'cust-1', timestamp: T0, info: [] })).status, 200);
+      assert.equal((await b.post('/product', { id: 'p1', name: 'P', price: 1 })).status, 200);
+      assert.equal((await b.post('/collection', { id: 'c1', name: 'C' })).status, 200);
+      assert.equal((await b.post('/collection/c1/products/add', { products: ['p1'] })).status, 200);
+
+      // 422s: the state's (an unknown did, a missing product) come from the leader, the schema's
+      // from the follower itself; each is exactly what the leader answers.
+      for (const [path, body] of [
+        ['/msv_cevt', { did: 'nobody-has-this-did-00', name: 'e', timestamp: T0 }],
+        ['/collection/c1/products/add', { products: ['p1', 'missing'] }],
+        ['/msv_cevt', { did, timestamp: T0 }],
+      ] as const) {
+        const viaFollower = await b.post(path, body);
+        const direct = await a.post(path, body);
+        assert.equal(viaFollower.status, 422, viaFollower.text);
+        assert.deepEqual(viaFollower.body, direct.body, `${path}: the follower answers what the leader does`);
+      }
+
+      // A batch through the follower: its items applied in order on the leader.
+      const batch = await b.post<{ results: Array<{ status: number }> }>('/batch', {
+        requests: [
+          { method: 'POST', path: '/product', body: { id: 'p2', name: 'Q' } },
+          { method: 'POST', path: '/collection/c1/products/add', body: { products: ['p2'] } },
+          { method: 'POST', path: '/msv_cevt', body: { did: 'nobody-has-this-did-00', name: 'x', timestamp: T0 } },
+        ],
+      });
+      assert.equal(batch.status, 200, batch.text);
+      assert.deepEqual(batch.body.results.map((r) => r.status), [200, 200, 422]);
+
+      // An app launch with an Idempotency-Key through the follower, retried on the leader and on
+      // the follower: the same did and sid, replayed; one device more, not three.
+      const first = await b.request<{ did: string; sid: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'launch-k' } });
+      assert.equal(first.status, 200);
+      for (const node of [a, b]) {
+        const again = await node.request<{ did: string; sid: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'launch-k' } });
+        assert.equal(again.status, 200);
+        assert.deepEqual(again.body, first.body);
+        assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      }
+      // The other way round: a key first used on the leader, retried through the follower.
+      const onLeader = await a.request('/product', { id: 'p3', name: 'R' }, { headers: { 'idempotency-key': 'product-k' } });
+      assert.equal(onLeader.status, 200);
+      const retried = await b.request('/product', { id: 'p3', name: 'R' }, { headers: { 'idempotency-key': 'product-k' } });
+      assert.equal(retried.status, 200);
+      assert.equal(retried.headers.get('idempotent-replayed'), 'true');
+      const reused = await b.request('/product', { id: 'other', name: 'O' }, { headers: { 'idempotency-key': 'product-k' } });
+      assert.equal(reused.status, 422);
+
+      await sameState(a, b);
+      const events = exportLines(a.dataDir, 'events', '--kind', 'event').filter((e) => e.data.did === did).map((e) => e.data.name as string);
+      assert.deepEqual(events, ['e0', 'e1', 'e2', 'e3', 'e4'], 'one connection\'s writes in the order it sent them');
+      assert.equal(exportLines(a.dataDir, 'devices').length, 2, 'the keyed launch made one device');
+    });
+
+    test('a forward whose answer is lost is sent again and applied exactly once; /readyz on a follower is 503 while it cannot reach a leader, and writes get 503 with Retry-After after the deadline', async () => {
+      const c = cluster({ HTTP_THREADS: threads, CLUSTER_FORWARD_TIMEOUT_MS: '1500' });
+      const { a, b, proxy, plan } = await proxiedCluster(c);
+
+      // The leader applies the first frame, and the proxy drops the connection instead of
+      // answering: the follower sends the same commands again and gets the leader's first answer.
+      let dropped = 0;
+      plan.action = (seen) => (carriesCommands(seen.headers) && dropped++ === 0 ? { kind: 'drop-after' } : { kind: 'pass' });
+      const before = (await a.status()).appliedSeq;
+      const res = await b.post('/product', { id: 'once', name: 'Once', price: 1 });
+      assert.equal(res.status, 200, res.text);
+      const forwards = proxy.seen.filter((s) => carriesCommands(s.headers));
+      assert.equal(forwards[0]?.action, 'drop-after');
+      assert.equal(forwards[0]?.upstreamStatus, 200, 'the leader answered the first POST (its answer was lost)');
+      assert.ok(forwards.length >= 2, 'the follower sent it again');
+      const upserts = exportLines(a.dataDir, 'events', '--kind', 'product_upsert').filter((e) => e.data.id === 'once');
+      assert.equal(upserts.length, 1, 'applied exactly once');
+      assert.equal((await a.status()).appliedSeq, before + 1);
+
+      // No leader reachable: /readyz 503 on the follower (not on the leader); a write waits out
+      // CLUSTER_FORWARD_TIMEOUT_MS and gets 503 with Retry-After; nothing is applied.
+      plan.action = () => ({ kind: 'drop-before' });
+      await until('/readyz 503 on the follower', async () => (await b.request('/readyz', undefined, { key: null })).status === 503, 5_000);
+      assert.equal((await a.request('/readyz', undefined, { key: null })).status, 200);
+      const started = performance.now();
+      const refused = await b.post('/product', { id: 'unreachable', name: 'U' });
+      assert.equal(refused.status, 503, refused.text);
+      assert.equal(retryAfter(refused), '1');
+      assert.ok(performance.now() - started >= 1000, 'it waited for a leader first');
+      // Unreachable for longer than the deadline: refused at once, before the body is read.
+      await new Promise((resolve) => setTimeout(resolve, 1600));
+      const early = performance.now();
+      const fast = await b.post('/product', { id: 'unreachable-2', name: 'U' });
+      assert.equal(fast.status, 503);
+      assert.equal(retryAfter(fast), '1');
+      assert.ok(performance.now() - early < 500, 'refused at once once the leader has been out of reach past the deadline');
+
+      // Reachable again: ready, and writes go through.
+      plan.action = () => ({ kind: 'pass' });
+      await until('/readyz 200 on the follower again', async () => (await b.request('/readyz', undefined, { key: null })).status === 200, 5_000);
+      assert.equal((await b.post('/product', { id: 'after', name: 'A' })).status, 200);
+      const ids = exportLines(a.dataDir, 'events', '--kind', 'product_upsert').map((e) => e.data.id as string);
+      assert.equal(ids.includes('unreachable') || ids.includes('unreachable-2'), false, 'a write refused with 503 here was not applied');
+      await sameState(a, b);
+      await proxy.close();
+    });
+
+    for (const signal of ['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const) test(`the leader goes away (${signal}) while writes go through followers: each waits and then gets 200 from the new leader, or 503 with Retry-After; every 200 is in the journal, once`, async () => {
+      const c = cluster({ HTTP_THREADS: threads });
+      const a = await c.add();
+      assert.equal(await c.leader(), a);
+      const b = await c.add();
+      const d = await c.add();
+      for (const follower of [b, d]) await until('the followers to reach the leader', async () => (await follower.request('/readyz', undefined, { key: null })).status === 200);
+      const answers: Array<{ id: string; keyed: boolean; status: number; retryAfter: string | null; error?: string }> = [];
+      let stop = false;
+      // Four clients, two per follower, half of their writes with an Idempotency-Key.
+      const client = async (w: number): Promise<void> => {
+        const node = w % 2 === 0 ? b : d;
+        for (let i = 0; !stop; i++) {
+          const id = `w${w}-${i}`;
+          const keyed = i % 2 === 0;
+          try {
+            const res = await node.request('/product', { id, name: 'N' }, { headers: keyed ? { 'idempotency-key': id } : {}, timeoutMs: 20_000 });
+            answers.push({ id, keyed, status: res.status, retryAfter: retryAfter(res) });
+          } catch (error) {
+            // A follower must answer every write: recorded, and asserted below.
+            answers.push({ id, keyed, status: 0, retryAfter: null, error: (error as Error).message });
+          }
+        }
+      };
+      const clients = Array.from({ length: 4 }, (_, w) => client(w));
+      let leader: TestNode;
+      let stopped: Promise<number | null>;
+      try {
+        await until('writes through the followers', async () => answers.length > 40);
+        // SIGTERM: a graceful stop hands the lease over; SIGKILL: forwards in flight are cut off
+        // (they may have been applied), and the lease runs out first; SIGSTOP: forwards in flight
+        // get no answer at all, and are given up on once another node leads.
+        stopped = signal === 'SIGTERM' ? a.stop() : signal === 'SIGKILL' ? a.kill().then(() => 0) : Promise.resolve(0);
+        if (signal === 'SIGSTOP') a.child.kill('SIGSTOP');
+        // The stopping leader may still say it leads for a moment: the new one is b or d.
+        leader = await until('a new leader', async () => {
+          for (const node of [b, d]) if ((await node.status()).role === 'leader' && (await node.request('/readyz', undefined, { key: null })).status === 200) return node;
+          return null;
+        }, 10_000);
+        const atChange = answers.length;
+        await until('writes through the followers after the change', async () => answers.filter((x, i) => i >= atChange && x.status === 200).length > 40);
+      } finally {
+        stop = true;
+        await Promise.all(clients);
+      }
+      assert.equal(await stopped, 0);
+
+      const unexpected = answers.filter((x) => x.status !== 200 && !(x.status === 503 && x.retryAfter === '1'));
+      assert.deepEqual(unexpected, [], 'every write is answered 200, or 503 with Retry-After');
+      const journal = exportLines(leader.dataDir, 'events', '--kind', 'product_upsert').map((e) => e.data.id as string);
+      const inJournal = new Set(journal);
+      assert.equal(inJournal.size, journal.length, 'no write applied twice');
+      const ok = answers.filter((x) => x.status === 200);
+      for (const x of ok) assert.ok(inJournal.has(x.id), `${x.id} was answered 200, so it is in the journal`);
+      assert.ok(ok.length > 80, `${ok.length} writes answered 200`);
+      for (const follower of [b, d]) if (follower !== leader) await sameState(leader, follower);
+    });
+  });
+}
