@@ -25,7 +25,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
+import { appliedSeq, caughtUp, LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
 import { cpuSeconds } from './lib/cpu.ts';
 import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
 import { someDevices } from './lib/populate.ts';
@@ -88,23 +88,6 @@ function trackLoad(url: string, dids: readonly string[], connections: number, ra
 
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function appliedSeq(node: LocalClusterNode): Promise<number> {
-  const status = await node.status(2_000);
-  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer`);
-  return status.appliedSeq;
-}
-
-/** Waits until `follower` has applied `seq`; resolves when it has. */
-async function caughtUp(follower: LocalClusterNode, seq: number, timeoutMs = 120_000): Promise<number> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const applied = await appliedSeq(follower);
-    if (applied >= seq) return applied;
-    if (performance.now() > deadline) throw new Error(`${follower.name} applied ${applied}, not ${seq}, within ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}
 
 interface ClusterRound {
   leaderUs: number;

@@ -20,7 +20,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
+import { appliedSeq, caughtUp, LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
 import { cpuSeconds } from './lib/cpu.ts';
 import { startPacedTrack } from './lib/paced-track.ts';
 import { someDevices } from './lib/populate.ts';
@@ -78,20 +78,6 @@ function trackLoad(url: string, dids: readonly string[], secs: number, title: st
 
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function appliedSeq(node: LocalClusterNode): Promise<number> {
-  const status = await node.status(2_000);
-  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer`);
-  return status.appliedSeq;
-}
-
-async function caughtUp(follower: LocalClusterNode, seq: number, timeoutMs = 120_000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while ((await appliedSeq(follower)) < seq) {
-    if (performance.now() > deadline) throw new Error(`${follower.name} did not apply ${seq} within ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}
 
 /** A counter's value from a node's /metrics (0 when absent). */
 async function counter(node: LocalClusterNode, name: string): Promise<number> {

@@ -164,3 +164,21 @@ export async function waitForLeader(nodes: readonly LocalClusterNode[], timeoutM
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+/** The last seq `node` has applied (GET /cluster). */
+export async function appliedSeq(node: LocalClusterNode): Promise<number> {
+  const status = await node.status(2_000);
+  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer`);
+  return status.appliedSeq;
+}
+
+/** Waits until `follower` has applied `seq`; resolves to what it has applied then. */
+export async function caughtUp(follower: LocalClusterNode, seq: number, timeoutMs = 120_000): Promise<number> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const applied = await appliedSeq(follower);
+    if (applied >= seq) return applied;
+    if (performance.now() > deadline) throw new Error(`${follower.name} applied ${applied}, not ${seq}, within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
