@@ -16,9 +16,6 @@ import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled } from './lib/wrk.ts';
 
-const seconds = Number(process.argv[2] ?? 10);
-const rounds = Number(process.argv[3] ?? 3);
-const ratePerSec = Number(process.argv[4] ?? 6000);
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
 const SATURATION_SECONDS = 5;
@@ -47,7 +44,7 @@ interface Run {
   stateUs: number;
 }
 
-function fixedRate(server: RunningServer, scenario: Scenario, did: (i: number) => string): Promise<Run> {
+function fixedRate(server: RunningServer, scenario: Scenario, did: (i: number) => string, seconds: number, ratePerSec: number): Promise<Run> {
   const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
     const { path, body } = scenario.request(i, did);
     return { path, body: Buffer.from(body) };
@@ -99,7 +96,7 @@ const median = (values: number[]) => {
 };
 const verdict = (met: boolean) => (met ? 'met' : '**missed**');
 
-export async function edgeBench(): Promise<string> {
+export async function edgeBench(seconds = 10, rounds = 3, ratePerSec = 6000): Promise<string> {
   quiet();
   const one = await startIntake({ HTTP_THREADS: '1' });
   const two = await startIntake({ HTTP_THREADS: '2' });
@@ -112,7 +109,7 @@ export async function edgeBench(): Promise<string> {
         const entry = (results[scenario.name] ??= { one: [], two: [], satOne: [], satTwo: [] });
         // Alternate which goes first: the second of a pair meets a warmer (or more loaded) machine.
         const order = round % 2 === 0 ? ([[one, dids, entry.one], [two, dids2, entry.two]] as const) : ([[two, dids2, entry.two], [one, dids, entry.one]] as const);
-        for (const [server, d, into] of order) into.push(await fixedRate(server, scenario, (i) => d[i % d.length]!));
+        for (const [server, d, into] of order) into.push(await fixedRate(server, scenario, (i) => d[i % d.length]!, seconds, ratePerSec));
         if (wrkInstalled() && scenario.name === 'track event') {
           const satOrder = round % 2 === 0 ? ([[one, dids, entry.satOne], [two, dids2, entry.satTwo]] as const) : ([[two, dids2, entry.satTwo], [one, dids, entry.satOne]] as const);
           for (const [server, d, into] of satOrder) into.push(saturated(server, scenario, (i) => d[i % d.length]!));
@@ -164,7 +161,7 @@ export async function edgeBench(): Promise<string> {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   runBench(async () => {
-    const markdown = await edgeBench();
+    const markdown = await edgeBench(Number(process.argv[2] ?? 10), Number(process.argv[3] ?? 3), Number(process.argv[4] ?? 6000));
     const dir = `${ROOT}bench/results`;
     mkdirSync(dir, { recursive: true });
     const file = `${dir}/${new Date().toISOString().slice(0, 10)}-edges.md`;

@@ -19,7 +19,8 @@
 //   traffic is the cheapest way to load the server.
 //   npm run bench -- [seconds per run=10] [rounds=3] [ratePerSec=8000] [only=name,name...]
 //   (`only`: scenarios whose name contains one of these; the track event always runs, the 422
-//   and 401 are compared with it)
+//   and 401 are compared with it; `edges`: the edge-thread scenarios of bench/edges.ts, which
+//   run after the others unless `only` leaves them out)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
@@ -29,6 +30,7 @@ import { createProducts, quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
+import { edgeBench } from './edges.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
@@ -292,6 +294,9 @@ async function main(): Promise<void> {
     '',
     'Rounds (intake CPU µs / request): ' + SCENARIOS.map((s) => `${s.name}: ${spread(cpu[s.name]!.intake)}`).join('; ') + '.',
     '',
+    // Edge threads (issue 21): HTTP_THREADS=2 against =1, with the same seconds, rounds and rate
+    // (bench/edges.ts; alone: npm run bench:edges). Skipped when `only` names other scenarios.
+    ...(only === null || only.includes('edges') ? [await edgeBench(seconds, rounds, ratePerSec)] : []),
   ].join('\n');
   const dir = `${ROOT}bench/results`;
   mkdirSync(dir, { recursive: true });
