@@ -24,9 +24,9 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
 import { appliedSeq, caughtUp, LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
 import { cpuSeconds } from './lib/cpu.ts';
+import { trackBody, trackLoad } from './lib/load.ts';
 import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
 import { someDevices } from './lib/populate.ts';
 import { printTable, runBench } from './lib/report.ts';
@@ -42,49 +42,14 @@ const saturationSeconds = Number(process.argv[6] ?? 5);
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
 const DEVICES = 200;
-const POOL_SIZE = 4096;
 const LEASE_MS = Number(process.env.CLUSTER_LEASE_MS ?? 5000);
 /** The failover client's pause after an answer other than 200 (the stall's resolution). */
 const RETRY_PAUSE_MS = 20;
-const TS = 1_700_000_000_000;
 
 const TARGETS = { throughput: 0.7, leaderCpu: 1.25, followerCpu: 0.25, stallMs: LEASE_MS + 1000 };
 
-function trackBody(did: string, i: number): string {
-  return JSON.stringify({ did, name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % 10_000}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] });
-}
 
-interface RateRun {
-  requests: number;
-  rps: number;
-  unexpected: number;
-}
 
-/** Track events at `rate`/s (null: as fast as it goes) for `secs` from `connections` connections. */
-function trackLoad(url: string, dids: readonly string[], connections: number, rate: number | null, secs: number, title: string): Promise<RateRun> {
-  const pool = Array.from({ length: POOL_SIZE }, (_, i) => ({ path: '/msv_cevt', body: Buffer.from(trackBody(dids[i % dids.length]!, i)) }));
-  let i = 0;
-  return new Promise((resolve, reject) => {
-    const instance = autocannon(
-      {
-        url,
-        connections,
-        duration: secs,
-        ...(rate === null ? {} : { overallRate: rate }),
-        title,
-        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
-        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
-      },
-      (error, r) => {
-        if (error) return reject(error);
-        const stats = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
-        const ok = stats['200']?.count ?? 0;
-        resolve({ requests: r.requests.total, rps: r.requests.average, unexpected: r.requests.total - ok + r.errors });
-      },
-    );
-    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
-  });
-}
 
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -102,7 +67,7 @@ interface ClusterRound {
 async function singleRound(single: RunningServer, dids: readonly string[], title: string): Promise<{ us: number; rps: number; unexpected: number }> {
   const pid = single.child.pid!;
   const cpu0 = cpuSeconds(pid);
-  const run = await trackLoad(single.url, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
+  const run = await trackLoad(single.url, BENCH_KEY, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
   return { us: ((cpuSeconds(pid) - cpu0) / Math.max(1, run.requests)) * 1e6, rps: run.rps, unexpected: run.unexpected };
 }
 
@@ -111,7 +76,7 @@ async function clusterRound(leader: LocalClusterNode, follower: LocalClusterNode
   const leader0 = cpuSeconds(leader.pid!);
   const follower0 = cpuSeconds(follower.pid!);
   const pg0 = pg.cpuSeconds();
-  const run = await trackLoad(leader.url, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
+  const run = await trackLoad(leader.url, BENCH_KEY, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
   const leaderCpu = cpuSeconds(leader.pid!) - leader0;
   const endedAt = performance.now();
   const toSeq = await caughtUp(follower, await appliedSeq(leader));
@@ -272,8 +237,8 @@ async function main(): Promise<void> {
     const leaderDids = await someDevices({ url: leader.url, key: BENCH_KEY }, DEVICES);
 
     const warm = Math.min(seconds, 5);
-    await trackLoad(single.url, singleDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up single node');
-    await trackLoad(leader.url, leaderDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up leader');
+    await trackLoad(single.url, BENCH_KEY, singleDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up single node');
+    await trackLoad(leader.url, BENCH_KEY, leaderDids, RATE_CONNECTIONS, ratePerSec, warm, 'warm-up leader');
     for (let round = 0; round < rounds; round++) {
       const runSingle = async () => {
         // The cluster is idle meanwhile: what it costs to stand by (polls, lease renewals).

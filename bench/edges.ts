@@ -9,8 +9,8 @@
 // - saturated (wrk -t1 -c256): throughput =2 ÷ =1 (target ≥ 1.0 on these 2 cores, shared with wrk).
 //   npm run bench:edges -- [seconds per run=10] [rounds=3] [ratePerSec=6000]
 import { mkdirSync, writeFileSync } from 'node:fs';
-import autocannon from 'autocannon';
 import { cpuSeconds, threadCpuSeconds } from './lib/cpu.ts';
+import { pooledLoad, trackBody } from './lib/load.ts';
 import { quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
@@ -19,8 +19,6 @@ import { runWrk, wrkInstalled } from './lib/wrk.ts';
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
 const SATURATION_SECONDS = 5;
-const POOL_SIZE = 4096;
-const TS = 1_700_000_000_000;
 const TARGET_CPU_RATIO = 1.15;
 const TARGET_STATE_SHARE = 0.35;
 const TARGET_THROUGHPUT_RATIO = 1.0;
@@ -31,7 +29,7 @@ interface Scenario {
 }
 
 const SCENARIOS: Scenario[] = [
-  { name: 'track event', request: (i, did) => ({ path: '/msv_cevt', body: JSON.stringify({ did: did(i), name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % 10_000}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] }) }) },
+  { name: 'track event', request: (i, did) => ({ path: '/msv_cevt', body: trackBody(did(i), i) }) },
   { name: 'product upsert', request: (i) => ({ path: '/product', body: JSON.stringify({ id: `p${i % 10_000}`, name: `Product ${i}`, price: (i % 500) + 0.99, status: 'inStock', url: `https://shop.example/p/${i}` }) }) },
 ];
 
@@ -44,39 +42,13 @@ interface Run {
   stateUs: number;
 }
 
-function fixedRate(server: RunningServer, scenario: Scenario, did: (i: number) => string, seconds: number, ratePerSec: number): Promise<Run> {
-  const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
-    const { path, body } = scenario.request(i, did);
-    return { path, body: Buffer.from(body) };
-  });
-  let i = 0;
+async function fixedRate(server: RunningServer, scenario: Scenario, did: (i: number) => string, seconds: number, ratePerSec: number): Promise<Run> {
   const pid = server.child.pid!;
   const cpu0 = cpuSeconds(pid);
   const state0 = threadCpuSeconds(pid, pid);
-  return new Promise((resolve, reject) => {
-    autocannon(
-      {
-        url: server.url,
-        connections: RATE_CONNECTIONS,
-        duration: seconds,
-        overallRate: ratePerSec,
-        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
-        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
-      },
-      (error, r) => {
-        if (error) return reject(error);
-        const n = Math.max(1, r.requests.total);
-        resolve({
-          requests: r.requests.total,
-          rps: r.requests.average,
-          p99: r.latency.p99,
-          non2xx: r.non2xx + r.errors,
-          cpuUs: ((cpuSeconds(pid) - cpu0) / n) * 1e6,
-          stateUs: ((threadCpuSeconds(pid, pid) - state0) / n) * 1e6,
-        });
-      },
-    );
-  });
+  const r = await pooledLoad(server.url, BENCH_KEY, (i) => scenario.request(i, did), RATE_CONNECTIONS, ratePerSec, seconds, scenario.name);
+  const n = Math.max(1, r.requests);
+  return { requests: r.requests, rps: r.rps, p99: r.p99, non2xx: r.unexpected, cpuUs: ((cpuSeconds(pid) - cpu0) / n) * 1e6, stateUs: ((threadCpuSeconds(pid, pid) - state0) / n) * 1e6 };
 }
 
 function saturated(server: RunningServer, scenario: Scenario, did: (i: number) => string): Run {

@@ -19,9 +19,9 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
 import { appliedSeq, caughtUp, LocalClusterNode, waitForLeader } from './lib/cluster-nodes.ts';
 import { cpuSeconds } from './lib/cpu.ts';
+import { trackLoad } from './lib/load.ts';
 import { startPacedTrack } from './lib/paced-track.ts';
 import { someDevices } from './lib/populate.ts';
 import { printTable, runBench } from './lib/report.ts';
@@ -34,47 +34,11 @@ const ratePerSec = Number(process.argv[4] ?? 2000);
 const httpThreads = Number(process.argv[5] ?? 1);
 const CONNECTIONS = 64;
 const DEVICES = 200;
-const POOL_SIZE = 4096;
 /** The paced client's rate beside the load: its latencies are the ones reported. */
 const LATENCY_PROBE_PER_SEC = 100;
-const TS = 1_700_000_000_000;
 
-function trackBody(did: string, i: number): string {
-  return JSON.stringify({ did, name: 'product_view', timestamp: TS + i, info: [{ name: 'sku', value: `p${i % 10_000}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] });
-}
 
-interface Load {
-  requests: number;
-  rps: number;
-  unexpected: number;
-  p50: number;
-  p99: number;
-}
 
-function trackLoad(url: string, dids: readonly string[], secs: number, title: string): Promise<Load> {
-  const pool = Array.from({ length: POOL_SIZE }, (_, i) => ({ path: '/msv_cevt', body: Buffer.from(trackBody(dids[i % dids.length]!, i)) }));
-  let i = 0;
-  return new Promise((resolve, reject) => {
-    const instance = autocannon(
-      {
-        url,
-        connections: CONNECTIONS,
-        duration: secs,
-        overallRate: ratePerSec,
-        title,
-        headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
-        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
-      },
-      (error, r) => {
-        if (error) return reject(error);
-        const stats = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
-        const ok = stats['200']?.count ?? 0;
-        resolve({ requests: r.requests.total, rps: r.requests.average, unexpected: r.requests.total - ok + r.errors, p50: r.latency.p50, p99: r.latency.p99 });
-      },
-    );
-    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
-  });
-}
 
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -105,7 +69,7 @@ async function round(target: LocalClusterNode, leader: LocalClusterNode, followe
   const commands0 = await counter(leader, 'intake_cluster_forward_commands_total');
   const cpu0 = { leader: cpuSeconds(leader.pid!), follower: cpuSeconds(follower.pid!), pg: pg.cpuSeconds() };
   const paced = startPacedTrack(target.url, BENCH_KEY, dids[0]!, LATENCY_PROBE_PER_SEC);
-  const load = await trackLoad(target.url, dids, seconds, title);
+  const load = await trackLoad(target.url, BENCH_KEY, dids, CONNECTIONS, ratePerSec, seconds, title);
   const latency = await paced.stop();
   const leaderCpu = cpuSeconds(leader.pid!) - cpu0.leader;
   const pgBefore = pg.cpuSeconds();
@@ -146,8 +110,8 @@ async function main(): Promise<void> {
     while (!(await follower.ready())) await sleep(50);
     const dids = await someDevices({ url: leader.url, key: BENCH_KEY }, DEVICES);
     const warm = Math.min(seconds, 5);
-    await trackLoad(leader.url, dids, warm, 'warm-up: leader');
-    await trackLoad(follower.url, dids, warm, 'warm-up: follower');
+    await trackLoad(leader.url, BENCH_KEY, dids, CONNECTIONS, ratePerSec, warm, 'warm-up: leader');
+    await trackLoad(follower.url, BENCH_KEY, dids, CONNECTIONS, ratePerSec, warm, 'warm-up: follower');
     for (let r = 0; r < rounds; r++) {
       const runDirect = async () => direct.push(await round(leader, leader, follower, pg, dids, `to the leader @ ${ratePerSec}/s, round ${r + 1}/${rounds}`));
       const runForwarded = async () => forwarded.push(await round(follower, leader, follower, pg, dids, `through the follower @ ${ratePerSec}/s, round ${r + 1}/${rounds}`));

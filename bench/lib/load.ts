@@ -89,3 +89,57 @@ export function trackEventLoad(url: string, key: string, dids: readonly string[]
     if (typeof until !== 'number') void until.then(() => instance.stop());
   });
 }
+
+/** The track event body the cluster, forwarding and edge benches send: device `did`, request number `i`. */
+export function trackBody(did: string, i: number): string {
+  return JSON.stringify({ did, name: 'product_view', timestamp: 1_700_000_000_000 + i, info: [{ name: 'sku', value: `p${i % 10_000}`, type: 'string' }, { name: 'qty', value: 1 + (i % 3), type: 'integer' }] });
+}
+
+/** Bodies built before a run and sent round robin (building them per request loads the client). */
+const POOL_SIZE = 4096;
+
+export interface PooledRun {
+  requests: number;
+  rps: number;
+  /** Answers other than 200, and connection errors. */
+  unexpected: number;
+  p50: number;
+  p99: number;
+}
+
+/**
+ * POSTs `request(i)` (path and body, pooled) at `rate`/s (null: as fast as it goes) for `secs`
+ * from `connections` connections.
+ */
+export function pooledLoad(url: string, key: string, request: (i: number) => { path: string; body: string }, connections: number, rate: number | null, secs: number, title: string): Promise<PooledRun> {
+  const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
+    const { path, body } = request(i);
+    return { path, body: Buffer.from(body) };
+  });
+  let i = 0;
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url,
+        connections,
+        duration: secs,
+        ...(rate === null ? {} : { overallRate: rate }),
+        title,
+        headers: { 'x-service-key': key, 'content-type': 'application/json' },
+        requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, ...pool[i++ % POOL_SIZE]! }) }],
+      },
+      (error, r) => {
+        if (error) return reject(error);
+        const stats = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
+        const ok = stats['200']?.count ?? 0;
+        resolve({ requests: r.requests.total, rps: r.requests.average, unexpected: r.requests.total - ok + r.errors, p50: r.latency.p50, p99: r.latency.p99 });
+      },
+    );
+    autocannon.track(instance, { renderResultsTable: false, renderLatencyTable: false, outputStream: process.stderr });
+  });
+}
+
+/** Track events for the devices `dids`, round robin (pooledLoad). */
+export function trackLoad(url: string, key: string, dids: readonly string[], connections: number, rate: number | null, secs: number, title: string): Promise<PooledRun> {
+  return pooledLoad(url, key, (i) => ({ path: '/msv_cevt', body: trackBody(dids[i % dids.length]!, i) }), connections, rate, secs, title);
+}

@@ -4,6 +4,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { ForwardReply } from '../cluster/forward-protocol.ts';
 import type { EdgeMessage } from '../handoff/thread-messages.ts';
+import { ownBytes } from './thread-link.ts';
 
 /** Frames posted to the state thread and not answered yet, at most (followers send a few at a time each). */
 const MAX_WAITING = 256;
@@ -19,8 +20,7 @@ export class ForwardRelay {
       return Promise.resolve({ status: 503, text: '{"type":"ServiceUnavailableError","message":"too many forwarded frames are being run"}', retryAfterSeconds: 1 });
     }
     const id = this.nextId++;
-    // Bytes that own their whole buffer can be transferred instead of copied (a pooled Buffer's cannot).
-    const own: Uint8Array = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength && !(bytes.buffer instanceof SharedArrayBuffer) ? bytes : new Uint8Array(bytes);
+    const own = ownBytes(bytes);
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);
       const message: EdgeMessage = { t: 'forward', id, secret, bytes: own };

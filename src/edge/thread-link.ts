@@ -11,7 +11,7 @@ import { commandOf } from './command-of.ts';
 
 
 /** Bytes that own their whole ArrayBuffer, so it can be transferred (a pooled Buffer's cannot). */
-function ownBytes(bytes: Uint8Array): Uint8Array {
+export function ownBytes(bytes: Uint8Array): Uint8Array {
   return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength && !(bytes.buffer instanceof SharedArrayBuffer) ? bytes : new Uint8Array(bytes);
 }
 

@@ -96,6 +96,15 @@ export interface RequestEnvironment {
   link: StateLink | null;
 }
 
+/** A request of `env` is answered or aborted: graceful stop waits for none to be in flight. */
+export function leaveRequest(env: RequestEnvironment): void {
+  if (--env.inFlight === 0 && env.onIdle !== null) {
+    const idle = env.onIdle;
+    env.onIdle = null;
+    idle();
+  }
+}
+
 /** The edge's side of the hand-off: sends a command for `request`, which it answers later. */
 export interface StateLink {
   submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void;
@@ -160,11 +169,7 @@ export class PendingRequest extends WriteCall {
   };
 
   private leave(): void {
-    if (--this.env.inFlight === 0 && this.env.onIdle !== null) {
-      const idle = this.env.onIdle;
-      this.env.onIdle = null;
-      idle();
-    }
+    leaveRequest(this.env);
   }
 
   private readonly onData = (chunk: ArrayBuffer, isLast: boolean): void => {

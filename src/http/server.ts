@@ -16,7 +16,7 @@ import type { RateLimiter } from './rate-limits.ts';
 import type { WriteGate } from './write-gate.ts';
 import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
-import { PendingRequest, type RequestEnvironment, type StateLink, type WriteRoute } from './pending-request.ts';
+import { leaveRequest, PendingRequest, type RequestEnvironment, type StateLink, type WriteRoute } from './pending-request.ts';
 import { OK, send, sendError, statusLine, type SendOptions } from './respond.ts';
 import { FORWARD_PATH, FORWARD_SECRET_HEADER, type ForwardReply } from '../cluster/forward-protocol.ts';
 
@@ -179,13 +179,6 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
   if (forwarded !== null) {
     // Not a public route: no 405 for other methods, not in /openapi.json. The body is the
     // follower's frame; the answer comes once every command in it is answered.
-    const leave = (): void => {
-      if (--env.inFlight === 0 && env.onIdle !== null) {
-        const idle = env.onIdle;
-        env.onIdle = null;
-        idle();
-      }
-    };
     app.post(FORWARD_PATH, (res, req) => {
       const requestId = idOf(req);
       if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
@@ -196,7 +189,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       const finish = (): void => {
         if (finished) return;
         finished = true;
-        leave();
+        leaveRequest(env);
       };
       res.onAborted(() => {
         aborted = true;
