@@ -8,6 +8,7 @@ import type { JournalRecord } from './records.ts';
 import type { EntityCounts } from './snapshot-format.ts';
 // Registers the msgpack extension of packed id lists, so this process can read such records.
 import './packed-ids.ts';
+import { decodeRecords, encodeRecords } from './record-bytes.ts';
 
 export interface StoredKey {
   workspace: string;
@@ -51,7 +52,10 @@ export const STORE_FILE = 'intake.mdb';
 export function openStore(dataDir: string): Store {
   mkdirSync(dataDir, { recursive: true });
   const root = open({ path: join(dataDir, STORE_FILE), maxDbs: 8 });
-  const journal = root.openDB<JournalRecord[], number>({ name: 'journal' });
+  // Records are written by record-bytes.ts (why: there), not by lmdb-js's msgpack encoder; its
+  // typings do not list the option.
+  const journalOptions = { name: 'journal', encoder: { encode: encodeRecords, decode: decodeRecords } };
+  const journal = root.openDB<JournalRecord[], number>(journalOptions);
   const keys = root.openDB<StoredKey, string>({ name: 'keys' });
   const meta = root.openDB<number, string>({ name: 'meta' });
   const snapshots = root.openDB<SnapshotMeta, number>({ name: 'snapshots' });

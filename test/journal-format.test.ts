@@ -1,0 +1,99 @@
+// Journal records as bytes (src/journal/record-bytes.ts): what the store writes reads back as the
+// same records, with every value a record can hold; and journals written before by lmdb-js's own
+// msgpack encoder (msgpackr record structures) read the same, packed id lists of big mappings
+// included, so an upgraded node keeps its data.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { open } from 'lmdb';
+import { Unpackr } from 'msgpackr';
+import { journalProducts, packIds } from '../src/journal/packed-ids.ts';
+import { decodeRecords, encodeRecords } from '../src/journal/record-bytes.ts';
+import type { JournalRecord } from '../src/journal/records.ts';
+import { openStore, STORE_FILE } from '../src/journal/store.ts';
+
+const RECORDS: JournalRecord[] = [
+  { kind: 'product_upsert', workspace: 'ws', at: 1_764_000_000_000, data: { id: 'p-1', name: 'Shirt', price: 19.99, stock: -3, big: 2 ** 40, tags: [] } as never, idem: new Uint8Array([1, 2, 3, 250]) },
+  { kind: 'event', workspace: 'ws', at: 1_764_000_000_001, did: 'd'.repeat(21), sid: 's'.repeat(21), customer: null, data: { did: 'd'.repeat(21), name: 'view', timestamp: 1_764_000_000_000, info: [{ name: 'sku', value: 'é-中-😀', type: 'string' }, { name: 'ok', value: true, type: 'boolean' }] } as never },
+  { kind: 'collection_products_add', workspace: 'ws', at: 1_764_000_000_002, data: { id: 'c-1', products: journalProducts(packIds(['p-1', 'p-2'])) } },
+];
+const DECODED = [RECORDS[0], RECORDS[1], { ...RECORDS[2]!, data: { id: 'c-1', products: ['p-1', 'p-2'] } }];
+
+/** Bytes as plain arrays (a Uint8Array is written, a Buffer read back). */
+function plain(records: unknown): unknown {
+  return JSON.parse(
+    JSON.stringify(records, (_key, value: unknown) => {
+      if (value instanceof Uint8Array) return [...value];
+      const json = value as { type?: unknown; data?: unknown } | null;
+      return json !== null && typeof json === 'object' && json.type === 'Buffer' && Array.isArray(json.data) ? json.data : value;
+    }),
+  );
+}
+
+test('the store reads back the records it writes', async () => {
+  const store = openStore(mkdtempSync(join(tmpdir(), 'journal-format-')));
+  try {
+    await store.journal.put(1, RECORDS);
+    assert.deepEqual(plain(store.journal.get(1)), plain(DECODED));
+  } finally {
+    await store.close();
+  }
+});
+
+test('a journal written by lmdb-js default encoder reads the same through the store', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'journal-format-'));
+  const before = open({ path: join(dir, STORE_FILE), maxDbs: 8 });
+  await before.openDB<JournalRecord[], number>({ name: 'journal' }).put(1, RECORDS);
+  await before.close();
+  const store = openStore(dir);
+  try {
+    assert.deepEqual(plain(store.journal.get(1)), plain(DECODED));
+  } finally {
+    await store.close();
+  }
+});
+
+test('any JSON value, any string, any bytes: msgpack that msgpackr reads back the same', () => {
+  const other = new Unpackr({ mapsAsObjects: true } as ConstructorParameters<typeof Unpackr>[0]);
+  // Strings of well-formed UTF-16 (a lone surrogate is not: UTF-8 cannot hold it).
+  const text = fc.string({ unit: 'grapheme', maxLength: 300 });
+  const value = fc.letrec((tie) => ({
+    any: fc.oneof({ depthSize: 'small' }, text, fc.double({ noNaN: true }), fc.integer(), fc.maxSafeInteger(), fc.boolean(), fc.constant(null), fc.uint8Array({ maxLength: 300 }), tie('array'), tie('object')),
+    array: fc.array(tie('any'), { maxLength: 20 }),
+    object: fc.dictionary(text, tie('any'), { maxKeys: 20 }),
+  })).any;
+  fc.assert(
+    fc.property(value, (v) => {
+      const bytes = encodeRecords(v);
+      const expected = plain(v);
+      assert.deepEqual(plain(decodeRecords(bytes)), expected);
+      assert.deepEqual(plain(other.unpack(bytes)), expected);
+    }),
+    { numRuns: 500 },
+  );
+});
+
+test('long strings, big arrays and maps take the wider headers', () => {
+  for (const n of [31, 32, 255, 256, 65535, 65536, 70000]) {
+    const ascii = 'a'.repeat(n);
+    const wide = 'é'.repeat(n);
+    assert.equal(decodeRecords(encodeRecords(ascii)), ascii);
+    assert.equal(decodeRecords(encodeRecords(wide)), wide);
+  }
+  const big = Array.from({ length: 70_000 }, (_, i) => i);
+  assert.deepEqual(decodeRecords(encodeRecords(big)), big);
+  for (const n of [15, 16, 65535, 65536]) {
+    const map = Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]));
+    assert.deepEqual(decodeRecords(encodeRecords(map)), map);
+    const array = Array.from({ length: n }, (_, i) => `v${i}`);
+    assert.deepEqual(decodeRecords(encodeRecords(array)), array);
+  }
+  for (const n of [127, 128, 255, 256, 65535, 65536, 2 ** 32 - 1, 2 ** 32, -32, -33, -128, -129, -32768, -32769, -(2 ** 31), -(2 ** 31) - 1, 0.5, -0.5]) {
+    assert.equal(decodeRecords(encodeRecords(n)), n);
+  }
+  const bytes = new Uint8Array(70_000).fill(7);
+  assert.deepEqual([...(decodeRecords(encodeRecords(bytes)) as Uint8Array)], [...bytes]);
+});
