@@ -28,6 +28,8 @@ export interface StoredBatch {
   lastSeq: number;
   epoch: number;
   records: JournalRecord[];
+  /** The records as stored: the same encoding as a node's LMDB copy (journal/record-bytes.ts). */
+  bytes: Uint8Array;
 }
 
 export class ClusterJournal {
@@ -52,10 +54,10 @@ export class ClusterJournal {
    * no longer the leader: nothing was written), with another error when the outcome is unknown
    * (a lost connection: the batch may or may not be committed).
    */
-  async commit(client: pg.Client, epoch: number, firstSeq: number, records: readonly JournalRecord[]): Promise<void> {
+  async commit(client: pg.Client, epoch: number, firstSeq: number, records: readonly JournalRecord[], bytes: Uint8Array = encodeBatch(records)): Promise<void> {
     const lastSeq = firstSeq + records.length - 1;
     // A named statement: PostgreSQL parses and plans it once per connection, not per batch.
-    const result = await client.query({ name: 'intake-commit', text: this.commitSql, values: [this.cluster, epoch, firstSeq, lastSeq, encodeBatch(records), channelOf(this.cluster)] });
+    const result = await client.query({ name: 'intake-commit', text: this.commitSql, values: [this.cluster, epoch, firstSeq, lastSeq, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), channelOf(this.cluster)] });
     if (result.rowCount !== 1) throw new FencedError(`epoch ${epoch} may not commit seq ${firstSeq}..${lastSeq}: another node leads, or the journal moved`);
   }
 
@@ -83,6 +85,6 @@ export class ClusterJournal {
        ORDER BY first_seq LIMIT $3`,
       [this.cluster, afterSeq, maxBatches],
     );
-    return rows.map((row) => ({ firstSeq: Number(row.first_seq), lastSeq: Number(row.last_seq), epoch: Number(row.epoch), records: decodeBatch(row.records) }));
+    return rows.map((row) => ({ firstSeq: Number(row.first_seq), lastSeq: Number(row.last_seq), epoch: Number(row.epoch), records: decodeBatch(row.records), bytes: row.records }));
   }
 }

@@ -27,7 +27,7 @@
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { exportLine } from '../journal/export-line.ts';
-import { NotLeadingError } from '../journal/journal.ts';
+import { NotLeadingError, type RemoteCommit } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
 import type { EntityCounts } from '../journal/snapshot-format.ts';
 import type { SnapshotMeta } from '../journal/store.ts';
@@ -68,14 +68,15 @@ export interface ClusterHost {
   /** The seq of the last record this node has applied (and journaled locally). */
   appliedSeq(): number;
   /** Applies and journals locally the records of `batch` after appliedSeq(); resolves once they are durable locally when `wait` is set. */
-  applyBatch(firstSeq: number, records: JournalRecord[]): Promise<void>;
+  /** `bytes`: the records as stored, when they are the whole batch read from PostgreSQL. */
+  applyBatch(firstSeq: number, records: JournalRecord[], bytes: Uint8Array | null): Promise<void>;
   /** Every record applied so far is durable in the local journal. */
   whenApplied(): Promise<void>;
   /**
    * Starts accepting writes in `epoch`: each journal batch is committed through `commit` (to
    * PostgreSQL) before it is written locally and answered.
    */
-  lead(epoch: number, commit: (firstSeq: number, records: JournalRecord[]) => Promise<void>): void;
+  lead(epoch: number, commit: RemoteCommit): void;
   /**
    * Stops accepting writes: the open and in-flight batches fail (503). Resolves to true when
    * writes were applied that PostgreSQL may not hold (then the host must rebuild).
@@ -440,7 +441,8 @@ export class ClusterNode {
           }
           if (batch.lastSeq <= applied) continue;
           const from = applied + 1 - batch.firstSeq;
-          await this.host.applyBatch(applied + 1, from === 0 ? batch.records : batch.records.slice(from));
+          // A whole batch is stored locally as read (its bytes); a part of one is encoded again.
+          await this.host.applyBatch(applied + 1, from === 0 ? batch.records : batch.records.slice(from), from === 0 ? batch.bytes : null);
           if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
         }
         if (this.replicationErrorLogged) this.log.info({ appliedSeq: this.host.appliedSeq() }, 'replication: reading the cluster\'s journal again');
@@ -721,15 +723,15 @@ export class ClusterNode {
     await this.host.whenApplied();
     if (this.roleNow !== 'candidate') return;
     const epoch = this.epochNow;
-    this.host.lead(epoch, (firstSeq, records) => this.commit(epoch, firstSeq, records));
+    this.host.lead(epoch, (firstSeq, records, bytes) => this.commit(epoch, firstSeq, records, bytes));
     this.roleNow = 'leader';
     this.host.leading(true);
     this.log.info({ epoch, appliedSeq: this.host.appliedSeq() }, 'leading: accepting writes');
   }
 
-  private async commit(epoch: number, firstSeq: number, records: JournalRecord[]): Promise<void> {
+  private async commit(epoch: number, firstSeq: number, records: JournalRecord[], bytes: Uint8Array): Promise<void> {
     const startedAt = performance.now();
-    await this.commits.use((client) => this.journal.commit(client, epoch, firstSeq, records));
+    await this.commits.use((client) => this.journal.commit(client, epoch, firstSeq, records, bytes));
     this.metrics.commitSeconds((performance.now() - startedAt) / 1000);
     const lastSeq = firstSeq + records.length - 1;
     if (lastSeq > this.knownHeadSeq) this.knownHeadSeq = lastSeq;

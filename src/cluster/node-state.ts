@@ -16,7 +16,7 @@
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
-import type { Journal } from '../journal/journal.ts';
+import type { Journal, RemoteCommit } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
 import { keptSinceMs, recover, replayRecord } from '../journal/recovery.ts';
 import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
@@ -74,7 +74,7 @@ export class NodeState implements ClusterHost {
     return this.deps.journal.lastAppendedSeq;
   }
 
-  async applyBatch(firstSeq: number, records: JournalRecord[]): Promise<void> {
+  async applyBatch(firstSeq: number, records: JournalRecord[], bytes: Uint8Array | null = null): Promise<void> {
     const { journal, workspaces, interner, keys } = this.deps;
     // This node's own copy cannot be written: apply nothing (main.ts ends the process).
     const failure = journal.commitFailure;
@@ -82,7 +82,7 @@ export class NodeState implements ClusterHost {
     if (firstSeq !== journal.lastAppendedSeq + 1) throw new Error(`replicated batch at seq ${firstSeq} does not follow this node's ${journal.lastAppendedSeq}`);
     const keptSince = keptSinceMs(keys);
     for (let i = 0; i < records.length; i++) replayRecord(workspaces, interner, keys, firstSeq + i, records[i]!, keptSince);
-    const write = journal.appendReplicated(firstSeq, records);
+    const write = journal.appendReplicated(firstSeq, records, bytes);
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write)).catch(() => undefined);
     // Apply ahead of the local fsyncs, but only so far: the writes hold their records.
@@ -94,7 +94,7 @@ export class NodeState implements ClusterHost {
     await this.deps.journal.whenDurable();
   }
 
-  lead(epoch: number, commit: (firstSeq: number, records: JournalRecord[]) => Promise<void>): void {
+  lead(epoch: number, commit: RemoteCommit): void {
     this.deps.journal.lead(commit);
   }
 

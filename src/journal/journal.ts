@@ -17,7 +17,8 @@
 // this node's LMDB, its own copy: so the local journal only ever holds records PostgreSQL
 // committed. A follower appends whole batches it read from PostgreSQL (appendReplicated), and
 // takes no writes of its own (append() refuses them with the reason it was given).
-import { IF_EXISTS, type Database } from 'lmdb';
+import { asBinary, IF_EXISTS, type Database } from 'lmdb';
+import { encodeRecords } from './record-bytes.ts';
 import type { JournalRecord } from './records.ts';
 
 /** Told when the batch holding its record (or the writes it observed) is durable, or is not. */
@@ -29,6 +30,11 @@ export interface CommitWaiter {
 interface Batch {
   firstSeq: number;
   records: JournalRecord[];
+  /**
+   * The records as stored (record-bytes.ts), when they are already encoded: a leader encodes a
+   * batch once for PostgreSQL and its own copy; a follower stores the batch it read as it read it.
+   */
+  bytes: Uint8Array | null;
   waiters: CommitWaiter[];
   /** LMDB has answered for it; `error` is null when it was committed. */
   settled: boolean;
@@ -41,8 +47,11 @@ interface Batch {
  */
 class PreviousBatchMissing extends Error {}
 
-/** Cluster mode: commits a batch in the cluster's journal; resolves once it is committed there. */
-export type RemoteCommit = (firstSeq: number, records: JournalRecord[]) => Promise<void>;
+/**
+ * Cluster mode: commits a batch in the cluster's journal; resolves once it is committed there.
+ * `bytes` are the records encoded as this node's LMDB copy stores them.
+ */
+export type RemoteCommit = (firstSeq: number, records: JournalRecord[], bytes: Uint8Array) => Promise<void>;
 
 /** Cluster mode: this node does not lead, so it takes no writes (503 with Retry-After). */
 export class NotLeadingError extends Error {}
@@ -268,12 +277,12 @@ export class Journal {
    * Cluster mode, a follower: journals locally a batch the leader committed in the cluster's
    * journal (firstSeq must follow the last record). Resolves once it is durable here.
    */
-  appendReplicated(firstSeq: number, records: JournalRecord[]): Promise<void> {
+  appendReplicated(firstSeq: number, records: JournalRecord[], bytes: Uint8Array | null = null): Promise<void> {
     if (this.failure !== null) return Promise.reject(this.failure);
     if (firstSeq !== this.nextSeq) return Promise.reject(new Error(`replicated batch at seq ${firstSeq}, but the journal's next seq is ${this.nextSeq}`));
     this.nextSeq += records.length;
     return new Promise((resolve, reject) => {
-      const batch: Batch = { firstSeq, records, waiters: [{ committed: resolve, failed: reject }], settled: false, error: null };
+      const batch: Batch = { firstSeq, records, bytes, waiters: [{ committed: resolve, failed: reject }], settled: false, error: null };
       const previous = this.inFlight[this.inFlight.length - 1];
       this.inFlight.push(batch);
       this.write(batch, previous, null);
@@ -308,7 +317,7 @@ export class Journal {
     if (this.mode === 'sync') return this.appendSync(record, waiter);
     let batch = this.current;
     if (batch === null) {
-      batch = this.current = { firstSeq: this.nextSeq, records: [], waiters: [], settled: false, error: null };
+      batch = this.current = { firstSeq: this.nextSeq, records: [], bytes: null, waiters: [], settled: false, error: null };
       if (!this.flushScheduled) {
         this.flushScheduled = true;
         setImmediate(this.flushNow);
@@ -402,7 +411,7 @@ export class Journal {
     const written =
       remote === null
         ? this.writeLocal(batch, previous)
-        : remote(batch.firstSeq, batch.records).then(
+        : this.encoded(batch).then((bytes) => remote(batch.firstSeq, batch.records, bytes)).then(
             () => {
               // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
               if (term !== this.term) throw new Superseded('superseded');
@@ -422,20 +431,33 @@ export class Journal {
     return new PreviousBatchMissing(`journal batch at seq ${batch.firstSeq} was not written: the batch before it (seq ${previous?.firstSeq}) is not in the database`);
   }
 
+  /** The batch's records encoded once, kept for its LMDB put; a rejection if they cannot be. */
+  private encoded(batch: Batch): Promise<Uint8Array> {
+    try {
+      batch.bytes ??= encodeRecords(batch.records);
+      return Promise.resolve(batch.bytes);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
   /** The batch's LMDB put; false when it was not written because the batch before it is missing. */
   private writeLocal(batch: Batch, previous: Batch | undefined): Promise<boolean> {
     let write: Promise<boolean>;
     try {
       // Same event-loop turn as the batch's put: lmdb-js commits both in one transaction.
       this.writeMarker();
+      // Bytes already encoded are stored as they are; otherwise the database's encoder (the same
+      // record-bytes.ts) encodes the records.
+      const value = batch.bytes === null ? batch.records : asBinary(batch.bytes);
       write =
         previous === undefined
-          ? this.db.put(batch.firstSeq, batch.records)
+          ? this.db.put(batch.firstSeq, value as JournalRecord[])
           : // Written only if the batch before it is in the database when this one's transaction
             // runs (the same transaction, or a later one): never after a batch that failed. The
             // block's promise tells the outcome; the put's own, if it has one, is not awaited.
             this.db.ifVersion(previous.firstSeq, IF_EXISTS, () => {
-              this.db.put(batch.firstSeq, batch.records).catch(ignore);
+              this.db.put(batch.firstSeq, value as JournalRecord[]).catch(ignore);
             });
     } catch (error) {
       write = Promise.reject(error);
