@@ -76,6 +76,17 @@ test('any JSON value, any string, any bytes: msgpack that msgpackr reads back th
   );
 });
 
+test('more shapes in one batch than record ids (64), and more keys than the shape tree keeps', () => {
+  const shapes = Array.from({ length: 150 }, (_, i) => ({ [`only-${i}`]: i, shared: 64 + (i % 64), nested: { [`n${i % 70}`]: [i, { x: i }] } }));
+  const twice = [...shapes, ...shapes];
+  assert.deepEqual(decodeRecords(encodeRecords(twice)), twice);
+  // Free-form keys, batch after batch: past the shape tree's bound they are written as maps.
+  for (let batch = 0; batch < 10; batch++) {
+    const objects = Array.from({ length: 600 }, (_, i) => ({ [`free-${batch}-${i}`]: i, id: `${batch}-${i}` }));
+    assert.deepEqual(decodeRecords(encodeRecords(objects)), objects);
+  }
+});
+
 test('long strings, big arrays and maps take the wider headers', () => {
   for (const n of [31, 32, 255, 256, 65535, 65536, 70000]) {
     const ascii = 'a'.repeat(n);

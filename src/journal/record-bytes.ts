@@ -1,16 +1,18 @@
 // Journal records as bytes, in LMDB (store.ts) and in PostgreSQL (cluster/record-codec.ts).
-// Written here as plain msgpack: maps, arrays, strings, numbers, booleans, nil, byte strings (an
+// Written here as msgpack with msgpackr's record extension, so msgpackr reads it as it reads the
+// journals its own encoder wrote before: an object's key list is defined once per batch
+// (`0xd4 0x72 id` then the keys) and each object of that shape is its id byte then its values.
+// Besides objects: arrays, strings, numbers, booleans, nil, undefined, byte strings (an
 // Idempotency-Key's hashes) and the packed id lists of big mappings (extension 0x49,
-// packed-ids.ts). Read by msgpackr, which reads the journals its encoder wrote before as well.
+// packed-ids.ts).
 //
 // Why not msgpackr's own encoder: it writes every string shorter than 64 characters with a
 // JavaScript loop over charCodeAt, and in the running server that loop ran 5-7 times slower than
 // in a process doing nothing else: 7.3-7.8 µs of main-thread CPU per product record in the LMDB
-// put, against 1.0-1.9 µs for the same records elsewhere, once track events were journaled beside
-// the products (one Packr per build of msgpackr shares its code and type feedback; the strings a
-// server holds come in many internal representations). Here every string is written by Buffer's
-// native UTF-8 writer, whatever its representation. Objects are plain msgpack maps (their keys
-// written each time, not msgpackr's record structures): about a fifth larger per record.
+// put, against 1.0-1.9 µs for the same records elsewhere (one Packr per build of msgpackr shares
+// its code and type feedback; the strings a server holds come in many internal representations,
+// and a microbenchmark that mixes them into the records makes that loop 2x slower for good).
+// Here every string is written by Buffer's native UTF-8 writer, whatever its representation.
 import { Unpackr } from 'msgpackr';
 import { PackedIds } from './packed-ids.ts';
 
@@ -19,11 +21,34 @@ const EXT_PACKED_IDS = 0x49;
 /** The scratch buffer starts here and doubles; a batch's bytes are copied out of it. */
 const INITIAL_BYTES = 64 * 1024;
 /**
- * Object keys' encoded bytes, kept: a record's keys are few and repeat in every record, and
- * copying a few bytes costs less than a native call. Bounded: past this many keys (free-form
+ * The keys' encoded bytes of objects written as plain maps (shapes past the limits below): kept,
+ * since copying a few bytes costs less than a native call. Bounded: past this many keys (free-form
  * attribute names, say), new keys are written each time.
  */
 const MAX_CACHED_KEYS = 4096;
+
+/** msgpackr's one-byte record ids: 0x40 + 0..63 (a second batch of shapes is written as maps). */
+const FIRST_RECORD_ID = 0x40;
+const MAX_RECORD_IDS = 64;
+/**
+ * Key lists seen, as a tree of keys (one node per key prefix), kept across batches so that a
+ * shape is found with one map lookup per key. Bounded: past this many nodes, objects of a new
+ * shape (free-form attribute objects, say) are written as plain maps.
+ */
+const MAX_SHAPE_NODES = 4096;
+
+interface Shape {
+  readonly next: Map<string, Shape>;
+  /** The batch (encode call) this shape was last defined in, and its id there. */
+  batch: number;
+  id: number;
+  /** Its keys as a msgpack array, once it was written. */
+  keysBytes: Uint8Array | null;
+}
+
+const charCodeAt = String.prototype.charCodeAt;
+
+const newShape = (): Shape => ({ next: new Map(), batch: 0, id: 0, keysBytes: null });
 
 /** Buffer's native UTF-8 writer without `write`'s argument checks (not in Node's typings). */
 type Utf8Writer = Buffer & { utf8Write(text: string, offset: number, length: number): number };
@@ -31,11 +56,18 @@ type Utf8Writer = Buffer & { utf8Write(text: string, offset: number, length: num
 class Writer {
   private buffer = Buffer.allocUnsafe(INITIAL_BYTES);
   private readonly keys = new Map<string, Uint8Array>();
+  private readonly shapes = newShape();
+  private shapeNodes = 1;
+  /** Counts encode calls: a shape defined in an earlier batch is defined again. */
+  private batch = 0;
+  private nextRecordId = 0;
   private view = new DataView(this.buffer.buffer, this.buffer.byteOffset, this.buffer.byteLength);
   private at = 0;
 
   encode(value: unknown): Buffer {
     this.at = 0;
+    this.batch++;
+    this.nextRecordId = 0;
     this.value(value);
     // A copy of its own: lmdb-js writes a value from the buffer it is given, after this returns.
     return Buffer.from(this.buffer.subarray(0, this.at));
@@ -75,7 +107,7 @@ class Writer {
         } else if (Array.isArray(value)) this.array(value);
         else if (value instanceof PackedIds) this.extension(EXT_PACKED_IDS, value.bytes);
         else if (value instanceof Uint8Array) this.bytes(value);
-        else this.map(value as Record<string, unknown>);
+        else this.object(value as Record<string, unknown>);
         return;
       default:
         throw new TypeError(`a journal record cannot hold a ${typeof value}`);
@@ -86,7 +118,8 @@ class Writer {
     this.room(9);
     const buffer = this.buffer;
     if (value >>> 0 === value) {
-      if (value < 0x80) buffer[this.at++] = value;
+      // 0x40-0x7f are record ids in this format: those integers take a uint8.
+      if (value < FIRST_RECORD_ID) buffer[this.at++] = value;
       else if (value < 0x100) {
         buffer[this.at++] = 0xcc;
         buffer[this.at++] = value;
@@ -125,6 +158,11 @@ class Writer {
     const units = value.length;
     this.room(units * 3 + 5);
     const start = this.at;
+    if (units < 32 && this.ascii(value, start + 1)) {
+      this.buffer[start] = 0xa0 | units;
+      this.at = start + 1 + units;
+      return;
+    }
     const header = units < 32 ? 1 : units < 0x100 ? 2 : units < 0x10000 ? 3 : 5;
     let written = (this.buffer as Utf8Writer).utf8Write(value, start + header, this.buffer.length - start - header);
     let size = header;
@@ -149,6 +187,22 @@ class Writer {
     this.at = start + written;
   }
 
+  /**
+   * Writes a short string at `at` if every unit of it is ASCII, one byte each; false (nothing
+   * promised about the bytes written) when it is not. charCodeAt is called through a reference
+   * to it, not looked up on each string: a lookup on strings of many internal representations
+   * is what made msgpackr's loop slow (the header comment).
+   */
+  private ascii(value: string, at: number): boolean {
+    const buffer = this.buffer;
+    for (let i = 0; i < value.length; i++) {
+      const unit = charCodeAt.call(value, i);
+      if (unit >= 0x80) return false;
+      buffer[at + i] = unit;
+    }
+    return true;
+  }
+
   private array(values: readonly unknown[]): void {
     const n = values.length;
     this.room(5);
@@ -165,9 +219,44 @@ class Writer {
     for (let i = 0; i < n; i++) this.value(values[i]);
   }
 
-  private map(object: Record<string, unknown>): void {
-    let n = 0;
-    for (const key in object) if (Object.hasOwn(object, key)) n++;
+  /** An object as a record of its shape when it can be, else as a plain map. */
+  private object(object: Record<string, unknown>): void {
+    // Own enumerable keys in one native call (a for-in count, then a for-in with hasOwn checks,
+    // cost 1.9 µs of an app launch record's 5.3 in a profile).
+    const keys = Object.keys(object);
+    const n = keys.length;
+    let shape: Shape | undefined = this.shapes;
+    for (let i = 0; i < n && shape !== undefined; i++) {
+      let next: Shape | undefined = shape.next.get(keys[i]!);
+      if (next === undefined && this.shapeNodes < MAX_SHAPE_NODES) {
+        next = newShape();
+        shape.next.set(keys[i]!, next);
+        this.shapeNodes++;
+      }
+      shape = next;
+    }
+    if (n === 0 || shape === undefined) return this.map(object, keys);
+    if (shape.batch === this.batch) {
+      this.room(1);
+      this.buffer[this.at++] = FIRST_RECORD_ID + shape.id;
+    } else if (this.nextRecordId < MAX_RECORD_IDS) {
+      shape.batch = this.batch;
+      shape.id = this.nextRecordId++;
+      this.room(3);
+      this.buffer[this.at++] = 0xd4;
+      this.buffer[this.at++] = 0x72;
+      this.buffer[this.at++] = FIRST_RECORD_ID + shape.id;
+      if (shape.keysBytes === null) {
+        const start = this.at;
+        this.array(keys);
+        shape.keysBytes = Uint8Array.prototype.slice.call(this.buffer, start, this.at);
+      } else this.copy(shape.keysBytes);
+    } else return this.map(object, keys);
+    for (let i = 0; i < n; i++) this.value(object[keys[i]!]);
+  }
+
+  private map(object: Record<string, unknown>, keys: readonly string[]): void {
+    const n = keys.length;
     this.room(5);
     if (n < 16) this.buffer[this.at++] = 0x80 | n;
     else if (n < 0x10000) {
@@ -179,8 +268,8 @@ class Writer {
       this.view.setUint32(this.at, n);
       this.at += 4;
     }
-    for (const key in object) {
-      if (!Object.hasOwn(object, key)) continue;
+    for (let i = 0; i < n; i++) {
+      const key = keys[i]!;
       this.key(key);
       this.value(object[key]);
     }
@@ -194,11 +283,16 @@ class Writer {
       if (this.keys.size < MAX_CACHED_KEYS) this.keys.set(key, Uint8Array.prototype.slice.call(this.buffer, start, this.at));
       return;
     }
-    const n = known.length;
+    this.copy(known);
+  }
+
+  /** A few bytes written before: a loop costs less than a native copy at these sizes. */
+  private copy(bytes: Uint8Array): void {
+    const n = bytes.length;
     this.room(n);
     const buffer = this.buffer;
     let at = this.at;
-    for (let i = 0; i < n; i++) buffer[at++] = known[i]!;
+    for (let i = 0; i < n; i++) buffer[at++] = bytes[i]!;
     this.at = at;
   }
 
