@@ -105,6 +105,10 @@ test('long strings, big arrays and maps take the wider headers', () => {
   for (const n of [127, 128, 255, 256, 65535, 65536, 2 ** 32 - 1, 2 ** 32, -32, -33, -128, -129, -32768, -32769, -(2 ** 31), -(2 ** 31) - 1, 0.5, -0.5]) {
     assert.equal(decodeRecords(encodeRecords(n)), n);
   }
+  // Past the scratch buffer's kept size (4 MiB), then small values again.
+  const huge = 'h'.repeat(5 * 1024 * 1024);
+  assert.equal((decodeRecords(encodeRecords([huge])) as string[])[0], huge);
+  assert.deepEqual(plain(decodeRecords(encodeRecords(RECORDS))), plain(DECODED));
   const bytes = new Uint8Array(70_000).fill(7);
   assert.deepEqual([...(decodeRecords(encodeRecords(bytes)) as Uint8Array)], [...bytes]);
 });

@@ -12,7 +12,9 @@
 // put, against 1.0-1.9 µs for the same records elsewhere (one Packr per build of msgpackr shares
 // its code and type feedback; the strings a server holds come in many internal representations,
 // and a microbenchmark that mixes them into the records makes that loop 2x slower for good).
-// Here every string is written by Buffer's native UTF-8 writer, whatever its representation.
+// Here a short ASCII string is written by a loop that calls charCodeAt through a reference to
+// it (no lookup on the string, so the strings' representations do not matter), and every other
+// string by Buffer's native UTF-8 writer.
 import { Unpackr } from 'msgpackr';
 import { PackedIds } from './packed-ids.ts';
 
@@ -20,6 +22,8 @@ import { PackedIds } from './packed-ids.ts';
 const EXT_PACKED_IDS = 0x49;
 /** The scratch buffer starts here and doubles; a batch's bytes are copied out of it. */
 const INITIAL_BYTES = 64 * 1024;
+/** A scratch buffer grown past this (a batch of big mappings) is not kept for the next batch. */
+const MAX_KEPT_BYTES = 4 * 1024 * 1024;
 /**
  * The keys' encoded bytes of objects written as plain maps (shapes past the limits below): kept,
  * since copying a few bytes costs less than a native call. Bounded: past this many keys (free-form
@@ -54,7 +58,7 @@ const newShape = (): Shape => ({ next: new Map(), batch: 0, id: 0, keysBytes: nu
 type Utf8Writer = Buffer & { utf8Write(text: string, offset: number, length: number): number };
 
 class Writer {
-  private buffer = Buffer.allocUnsafe(INITIAL_BYTES);
+  private buffer: Buffer = Buffer.allocUnsafe(INITIAL_BYTES);
   private readonly keys = new Map<string, Uint8Array>();
   private readonly shapes = newShape();
   private shapeNodes = 1;
@@ -70,7 +74,14 @@ class Writer {
     this.nextRecordId = 0;
     this.value(value);
     // A copy of its own: lmdb-js writes a value from the buffer it is given, after this returns.
-    return Buffer.from(this.buffer.subarray(0, this.at));
+    const bytes = Buffer.from(this.buffer.subarray(0, this.at));
+    if (this.buffer.length > MAX_KEPT_BYTES) this.use(Buffer.allocUnsafe(INITIAL_BYTES));
+    return bytes;
+  }
+
+  private use(buffer: Buffer): void {
+    this.buffer = buffer;
+    this.view = new DataView(buffer.buffer, buffer.byteOffset, buffer.byteLength);
   }
 
   private room(bytes: number): void {
@@ -79,8 +90,7 @@ class Writer {
     while (size < this.at + bytes) size *= 2;
     const bigger = Buffer.allocUnsafe(size);
     this.buffer.copy(bigger, 0, 0, this.at);
-    this.buffer = bigger;
-    this.view = new DataView(bigger.buffer, bigger.byteOffset, bigger.byteLength);
+    this.use(bigger);
   }
 
   private value(value: unknown): void {
