@@ -198,14 +198,18 @@ if (isMainThread) {
 
   describe('SharedRateLimits across worker threads', () => {
     test('4 threads racing on one key get exactly its burst, never more; limited counts every refusal', async () => {
-      const burst = 50_000;
+      // A burst that takes a while to drain (~200,000 takes), so that threads spun up on two
+      // shared cores are all running before it is gone: with 50,000 tokens, one thread
+      // descheduled for a few ms (the full suite running beside) found none left.
+      const burst = 400_000;
       const limits = SharedRateLimits.create(1e-6, burst, 1024); // ~0 refill: 1 token in 11 days
-      const attempts = 100_000;
+      const attempts = 300_000;
       const tallies = await runThreads(Array.from({ length: 4 }, () => ({ mode: 'hammer' as const, buffer: limits.buffer, keys: ['hot'], counts: [1, 2, 3], attempts })));
       const granted = sum(tallies.map((t) => t.grantedTokensByKey['hot'] ?? 0));
       assert.equal(granted, burst, `tokens granted per thread: ${tallies.map((t) => t.grantedTokensByKey['hot']).join(', ')}`);
-      // Each thread got a share: they really raced.
-      assert.ok(tallies.every((t) => (t.grantedTokensByKey['hot'] ?? 0) > 0), JSON.stringify(tallies));
+      // Threads got shares: they really raced (at least two; on two shared cores a third or fourth
+      // may be scheduled only after the burst is gone).
+      assert.ok(tallies.filter((t) => (t.grantedTokensByKey['hot'] ?? 0) > 0).length >= 2, JSON.stringify(tallies));
       const refused = sum(tallies.map((t) => t.refused));
       assert.ok(refused > 3 * attempts);
       assert.equal(limits.limited, refused);
