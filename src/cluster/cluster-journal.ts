@@ -34,6 +34,8 @@ export interface StoredBatch {
 
 export class ClusterJournal {
   private readonly commitSql: string;
+  /** The same commit without its NOTIFY (the leader spaces them out: cluster-node.ts). */
+  private readonly quietCommitSql: string;
 
   constructor(readonly cluster: string) {
     this.commitSql = `WITH h AS (
@@ -46,6 +48,7 @@ export class ClusterJournal {
         RETURNING first_seq
       )
       SELECT j.first_seq, pg_notify($6, $4::text) FROM j`;
+    this.quietCommitSql = this.commitSql.replace('pg_notify($6, $4::text)', '$6::text');
   }
 
   /**
@@ -54,11 +57,17 @@ export class ClusterJournal {
    * no longer the leader: nothing was written), with another error when the outcome is unknown
    * (a lost connection: the batch may or may not be committed).
    */
-  async commit(client: pg.Client, epoch: number, firstSeq: number, records: readonly JournalRecord[], bytes: Uint8Array = encodeBatch(records)): Promise<void> {
+  async commit(client: pg.Client, epoch: number, firstSeq: number, records: readonly JournalRecord[], bytes: Uint8Array = encodeBatch(records), notify = true): Promise<void> {
     const lastSeq = firstSeq + records.length - 1;
     // A named statement: PostgreSQL parses and plans it once per connection, not per batch.
-    const result = await client.query({ name: 'intake-commit', text: this.commitSql, values: [this.cluster, epoch, firstSeq, lastSeq, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), channelOf(this.cluster)] });
+    const statement = notify ? { name: 'intake-commit', text: this.commitSql } : { name: 'intake-commit-quiet', text: this.quietCommitSql };
+    const result = await client.query({ ...statement, values: [this.cluster, epoch, firstSeq, lastSeq, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), channelOf(this.cluster)] });
     if (result.rowCount !== 1) throw new FencedError(`epoch ${epoch} may not commit seq ${firstSeq}..${lastSeq}: another node leads, or the journal moved`);
+  }
+
+  /** Tells the nodes listening that the journal ends at `lastSeq` (what a commit's NOTIFY says). */
+  async notify(client: pg.Client, lastSeq: number): Promise<void> {
+    await client.query('SELECT pg_notify($1, $2::text)', [channelOf(this.cluster), lastSeq]);
   }
 
   async head(client: pg.Client): Promise<Head> {
