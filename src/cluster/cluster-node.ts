@@ -4,8 +4,9 @@
 // - Replication (while not leading): reads the journal after what this node has applied, in
 //   order, and hands each batch to the host, which applies it through applyRecord (as live
 //   writes and recovery do) and journals it locally. A NOTIFY on the cluster's channel wakes it
-//   at each commit (after REPLICATION_LINGER_MS, so one read takes several commits); a poll is
-//   the fallback (every second, or every 250 ms while the LISTEN connection is down).
+//   after commits (the leader sends one at most every COMMIT_NOTIFY_GAP_MS; the node reads
+//   REPLICATION_LINGER_MS after it, so one read takes several commits); a poll is the fallback
+//   (every second, or every 250 ms while the LISTEN connection is down).
 // - Election: a follower reads the lease and, once it has expired (by PostgreSQL's clock), takes
 //   it over; the leader renews it about five times per lease, and steps down when it is lost or
 //   cannot be renewed within the lease.
