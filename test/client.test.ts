@@ -240,6 +240,28 @@ describe('intake/client', () => {
     for (const status of [408, 500, 502, 504]) await gaps({ kind: 'status', status }, {});
   });
 
+  test('batches past maxConcurrentBatches wait for a slot with their body made: with 1, none overtakes another, across a retry', async () => {
+    // The first batch is answered 503 with Retry-After: the next ones are taken (and gzip'd)
+    // meanwhile, but must leave only after it, one at a time, and apply in the order written.
+    const proxy = await proxyTo(server, (n) => (n === 1 ? { kind: 'status', status: 503, headers: { 'retry-after': '1' } } : { kind: 'pass' }));
+    const c = client(proxy.url, { maxBatchItems: 2, maxConcurrentBatches: 1, gzipThresholdBytes: 0, retryAfterMaxMs: 300, flushIntervalMs: 60_000 });
+    const writes: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 4; i++) writes.push(c.upsertProduct({ id: 'slot-order', name: `v${i}` }), c.upsertProduct({ id: `slot-${i}`, name: 'n' }));
+    let mostInFlight = 0;
+    const poll = setInterval(() => (mostInFlight = Math.max(mostInFlight, c.stats().batchesInFlight)), 1);
+    await c.close();
+    clearInterval(poll);
+    for (const write of writes) assert.deepEqual(await write, { success: true });
+    assert.equal(mostInFlight, 1);
+    const keys = proxy.seen.map((r) => r.headers['idempotency-key']);
+    assert.equal(proxy.seen.length, 5, 'four batches, the first sent twice');
+    assert.equal(keys[1], keys[0], 'the retry is the first batch again, before any other');
+    assert.equal(new Set(keys).size, 4);
+    assert.ok(proxy.seen[1]!.atMs - proxy.seen[0]!.atMs >= 280, 'nothing else left during the retry wait');
+    const product = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').find((p) => p.id === 'slot-order');
+    assert.equal(product?.name, 'v3', 'the last write applied last');
+  });
+
   test('the total deadline: a server that keeps failing, or never answers, rejects with IntakeUnavailableError in time', async () => {
     const proxy = await proxyTo(server, () => ({ kind: 'status', status: 503 }));
     const c = client(proxy.url, { retryDeadlineMs: 800, retryBaseDelayMs: 20, retryMaxDelayMs: 100 });

@@ -64,23 +64,39 @@ async function envelope(writes: QueuedWrite[], options: ResolvedOptions): Promis
   return { writes, body: await prepareBody(json, options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}` };
 }
 
+/** The queue's limit on batches in flight: a batch holds a slot from its first attempt until it is settled. */
+export interface BatchSlots {
+  acquire(): Promise<void>;
+  release(): void;
+}
+
 /**
  * Settles every write of `writes`, in order (items are applied by the server in the order sent;
- * halves of a split go one after the other). Never rejects: each write's promise carries its outcome.
+ * halves of a split go one after the other). The body is made before a slot is asked for, so a
+ * batch waiting for one leaves ready. Never rejects: each write's promise carries its outcome.
  */
-export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions): Promise<void> {
-  const deadlineAtMs = Date.now() + options.retryDeadlineMs;
-  const groups: QueuedWrite[][] = [writes];
-  while (groups.length > 0) {
-    const group = groups.shift()!;
-    const halves = await sendGroup(group, options, deadlineAtMs);
-    if (halves !== null) groups.unshift(...halves);
+export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions, slots: BatchSlots): Promise<void> {
+  const first = await envelope(writes, options);
+  await slots.acquire();
+  try {
+    // The deadline counts from the first attempt, not from the wait for a slot.
+    const deadlineAtMs = Date.now() + options.retryDeadlineMs;
+    let prepared: Envelope | null = first;
+    const groups: QueuedWrite[][] = [writes];
+    while (groups.length > 0) {
+      const group = groups.shift()!;
+      const halves = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs);
+      prepared = null;
+      if (halves !== null) groups.unshift(...halves);
+    }
+  } finally {
+    slots.release();
   }
 }
 
 /** Sends one group until settled; returns two halves instead when the server found it too large. */
-async function sendGroup(writes: QueuedWrite[], options: ResolvedOptions, deadlineAtMs: number): Promise<QueuedWrite[][] | null> {
-  let current = await envelope(writes, options);
+async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs: number): Promise<QueuedWrite[][] | null> {
+  let current = start;
   let attempts = 0;
   let retries = 0;
   for (;;) {
