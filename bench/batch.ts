@@ -39,6 +39,8 @@ interface Phase {
   wallSec: number;
   perSec: number;
   cpuUsPerItem: number;
+  /** This process's CPU (the load generator: autocannon, or the client) per item. */
+  senderUsPerItem: number;
   track: PacedResult;
   non200: number;
 }
@@ -100,13 +102,15 @@ async function phase(name: string, send: (server: RunningServer, prefix: string,
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const pid = server.child.pid!;
     const cpuBefore = cpuSeconds(pid);
+    const senderBefore = process.cpuUsage();
     const started = performance.now();
     const non200 = await send(server, 'p', items);
     const wallSec = (performance.now() - started) / 1000;
     const cpu = cpuSeconds(pid) - cpuBefore;
+    const sender = process.cpuUsage(senderBefore);
     const trackResult = await track.stop();
     process.stderr.write(`${name}: ${wallSec.toFixed(2)} s, cpu ${cpu.toFixed(2)} s, track ${JSON.stringify(trackResult)}\n`);
-    return { name, wallSec, perSec: items / wallSec, cpuUsPerItem: (cpu * 1e6) / items, track: trackResult, non200 };
+    return { name, wallSec, perSec: items / wallSec, cpuUsPerItem: (cpu * 1e6) / items, senderUsPerItem: (sender.user + sender.system) / items, track: trackResult, non200 };
   } finally {
     await server.stop();
   }
@@ -120,15 +124,15 @@ async function main(): Promise<void> {
   const rate = batched.perSec / single.perSec;
   const cpu = batched.cpuUsPerItem / single.cpuUsPerItem;
   const row = (p: Phase) =>
-    `| ${p.name} | ${p.wallSec.toFixed(2)} | ${Math.round(p.perSec).toLocaleString('en-US')} | ${p.cpuUsPerItem.toFixed(1)} | ${p.track.p50} / ${p.track.p99} / ${p.track.max} (${p.track.sent}, non-200 ${p.track.non200 + p.track.errors}) | ${p.non200} |`;
+    `| ${p.name} | ${p.wallSec.toFixed(2)} | ${Math.round(p.perSec).toLocaleString('en-US')} | ${p.cpuUsPerItem.toFixed(1)} | ${p.senderUsPerItem.toFixed(1)} | ${p.track.p50} / ${p.track.p99} / ${p.track.max} (${p.track.sent}, non-200 ${p.track.non200 + p.track.errors}) | ${p.non200} |`;
   const text = [
     `# bench:batch ${new Date().toISOString()}`,
     '',
     `Machine: ${(await import('node:os')).cpus().length} × ${(await import('node:os')).cpus()[0]?.model ?? '?'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench:batch -- ${items} ${connections} ${batchItems} ${trackPerSec} ${concurrentBatches}\`.`,
     `${items.toLocaleString('en-US')} product upserts (new ids, ~250-byte bodies) on a fresh server per phase, after ${WARM_UP_ITEMS.toLocaleString('en-US')} warm-up upserts sent the same way. Server CPU: utime + stime of the server process (all threads) over the phase ÷ items; it includes the track events (${trackPerSec}/s from a separate process, timed send to answer).`,
     '',
-    '| phase | wall s | items/s | server CPU µs / item | track events p50 / p99 / max ms (sent) | failed items |',
-    '|---|---|---|---|---|---|',
+    '| phase | wall s | items/s | server CPU µs / item | sender CPU µs / item (this process: autocannon or the client) | track events p50 / p99 / max ms (sent) | failed items |',
+    '|---|---|---|---|---|---|---|',
     row(single),
     row(batched),
     row(plain),
