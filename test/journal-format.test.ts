@@ -9,10 +9,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { open } from 'lmdb';
-import { Unpackr } from 'msgpackr';
+import { Packr, Unpackr } from 'msgpackr';
 import { journalProducts, packIds } from '../src/journal/packed-ids.ts';
 import { decodeRecords, encodeRecords } from '../src/journal/record-bytes.ts';
 import type { JournalRecord } from '../src/journal/records.ts';
+import { encodeChunk } from '../src/journal/snapshot-writer.ts';
 import { openStore, STORE_FILE } from '../src/journal/store.ts';
 
 const RECORDS: JournalRecord[] = [
@@ -74,6 +75,46 @@ test('any JSON value, any string, any bytes: msgpack that msgpackr reads back th
     }),
     { numRuns: 500 },
   );
+});
+
+test('objects whose keys differ only late, or only in order, keep their own shapes (the recent-shapes check)', () => {
+  const objects = [
+    { a: 1, b: 2, c: 3 },
+    { a: 4, b: 5, d: 6 },
+    { b: 7, a: 8, c: 9 },
+    { a: 10, b: 11, c: 12 },
+    { a: 13, b: 14 },
+    { a: 15, b: 16, c: 17, d: 18 },
+    ...Array.from({ length: 20 }, (_, i) => ({ a: i, b: i, [`k${i % 11}`]: i })),
+    { b: 19, a: 20, c: 21 },
+  ];
+  // One batch, and each object alone in a batch of its own (shapes remembered across batches).
+  assert.deepEqual(decodeRecords(encodeRecords(objects)), objects);
+  const keysOf = (value: unknown) => Object.keys(value as object);
+  for (const object of objects) {
+    const decoded = decodeRecords(encodeRecords(object));
+    assert.deepEqual(decoded, object);
+    assert.deepEqual(keysOf(decoded), keysOf(object), 'key order kept');
+  }
+});
+
+test('snapshot chunks written by msgpackr before (useRecords: false) read the same as the chunks written now', () => {
+  const tokens = { fcm: 'token-1' };
+  const entries = [
+    [0, 0, 'default'],
+    [1, 0, { appVersionCode: 42, appVersionName: '4.2.0', platform: 'ANDROID', language: 'en-GB' }],
+    [2, 0, 'd'.repeat(21), 's'.repeat(21), 0, 'customer-1', 0, tokens, [['plan', 'string', 'gold'], ['age', 'number', 41]]],
+    [2, 0, 'e'.repeat(21), 't'.repeat(21), 0, null, 1, null, null],
+    [3, 0, 'customer-1', [['vip', 'boolean', true]]],
+    [4, 0, 'p-1', { id: 'p-1', name: 'Shirt', price: 19.99, tags: ['a', 'é-中-😀'] }],
+    [5, 0, 'c-1', { id: 'c-1', name: 'Summer' }, ['p-1', 'p-2']],
+    [6, new Uint8Array([1, 2, 3, 250, 0, 7])],
+  ];
+  const before = new Packr({ useRecords: false }).pack(entries);
+  assert.deepEqual(plain(decodeRecords(before)), plain(entries));
+  assert.deepEqual(plain(decodeRecords(encodeChunk(entries))), plain(entries));
+  // And what the loader read them with before reads the chunks written now.
+  assert.deepEqual(plain(new Unpackr({ useRecords: false }).unpack(encodeChunk(entries))), plain(entries));
 });
 
 test('more shapes in one batch than record ids (64), and more keys than the shape tree keeps', () => {

@@ -40,6 +40,13 @@ const MAX_RECORD_IDS = 64;
  * shape (free-form attribute objects, say) are written as plain maps.
  */
 const MAX_SHAPE_NODES = 4096;
+/**
+ * The shapes written last, checked first: an object's keys compared with a recent shape's keys
+ * (property names are internalized strings, so mostly pointer compares) instead of one map lookup
+ * per key down the tree. An app launch record is three objects of 7, 3 and 12 keys; the lookups
+ * were about 0.5 µs of it in the server (profiled).
+ */
+const RECENT_SHAPES = 8;
 
 interface Shape {
   readonly next: Map<string, Shape>;
@@ -48,11 +55,13 @@ interface Shape {
   id: number;
   /** Its keys as a msgpack array, once it was written. */
   keysBytes: Uint8Array | null;
+  /** Its key list, once an object of this shape was written (for the recent-shapes check). */
+  keys: readonly string[] | null;
 }
 
 const charCodeAt = String.prototype.charCodeAt;
 
-const newShape = (): Shape => ({ next: new Map(), batch: 0, id: 0, keysBytes: null });
+const newShape = (): Shape => ({ next: new Map(), batch: 0, id: 0, keysBytes: null, keys: null });
 
 /** Buffer's native UTF-8 writer without `write`'s argument checks (not in Node's typings). */
 type Utf8Writer = Buffer & { utf8Write(text: string, offset: number, length: number): number };
@@ -62,6 +71,9 @@ class Writer {
   private readonly keys = new Map<string, Uint8Array>();
   private readonly shapes = newShape();
   private shapeNodes = 1;
+  /** Up to RECENT_SHAPES shapes, each with its keys set; replaced in turn. */
+  private readonly recent: Shape[] = [];
+  private nextRecent = 0;
   /** Counts encode calls: a shape defined in an earlier batch is defined again. */
   private batch = 0;
   private nextRecordId = 0;
@@ -235,17 +247,8 @@ class Writer {
     // cost 1.9 µs of an app launch record's 5.3 in a profile).
     const keys = Object.keys(object);
     const n = keys.length;
-    let shape: Shape | undefined = this.shapes;
-    for (let i = 0; i < n && shape !== undefined; i++) {
-      let next: Shape | undefined = shape.next.get(keys[i]!);
-      if (next === undefined && this.shapeNodes < MAX_SHAPE_NODES) {
-        next = newShape();
-        shape.next.set(keys[i]!, next);
-        this.shapeNodes++;
-      }
-      shape = next;
-    }
-    if (n === 0 || shape === undefined) return this.map(object, keys);
+    const shape = n === 0 ? undefined : this.shapeOf(keys);
+    if (shape === undefined) return this.map(object, keys);
     if (shape.batch === this.batch) {
       this.room(1);
       this.buffer[this.at++] = FIRST_RECORD_ID + shape.id;
@@ -262,7 +265,38 @@ class Writer {
         shape.keysBytes = Uint8Array.prototype.slice.call(this.buffer, start, this.at);
       } else this.copy(shape.keysBytes);
     } else return this.map(object, keys);
-    for (let i = 0; i < n; i++) this.value(object[keys[i]!]);
+    // The values in the keys' order, in one native call (a keyed load per key cost more).
+    const values = Object.values(object);
+    for (let i = 0; i < n; i++) this.value(values[i]);
+  }
+
+  /** The shape of an object with these keys (at least one), or undefined past the tree's limit. */
+  private shapeOf(keys: readonly string[]): Shape | undefined {
+    const n = keys.length;
+    const recent = this.recent;
+    for (let r = 0; r < recent.length; r++) {
+      const known = recent[r]!.keys!;
+      if (known.length !== n) continue;
+      let i = 0;
+      while (i < n && known[i] === keys[i]) i++;
+      if (i === n) return recent[r];
+    }
+    let shape: Shape | undefined = this.shapes;
+    for (let i = 0; i < n && shape !== undefined; i++) {
+      let next: Shape | undefined = shape.next.get(keys[i]!);
+      if (next === undefined && this.shapeNodes < MAX_SHAPE_NODES) {
+        next = newShape();
+        shape.next.set(keys[i]!, next);
+        this.shapeNodes++;
+      }
+      shape = next;
+    }
+    if (shape !== undefined) {
+      shape.keys ??= keys.slice();
+      recent[this.nextRecent] = shape;
+      this.nextRecent = (this.nextRecent + 1) % RECENT_SHAPES;
+    }
+    return shape;
   }
 
   private map(object: Record<string, unknown>, keys: readonly string[]): void {

@@ -1,5 +1,4 @@
 // Reads a snapshot back into workspaces: the state after record `seq` of the journal.
-import { Unpackr } from 'msgpackr';
 import { CatalogCollection, CatalogProduct } from '../actors/catalog-actor.ts';
 import { DeviceActor } from '../actors/device-actor.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
@@ -16,9 +15,8 @@ import {
   ENTRY_WORKSPACE,
   type Entry,
 } from './snapshot-format.ts';
+import { decodeRecords } from './record-bytes.ts';
 import type { SnapshotMeta, Store } from './store.ts';
-
-const unpackr = new Unpackr({ useRecords: false });
 
 export class SnapshotCorrupt extends Error {}
 
@@ -35,7 +33,8 @@ export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Works
   for (const { key, value } of store.snapshotChunks.getRange({ start: [meta.id, 0], end: [meta.id + 1, 0] })) {
     if (key[1] !== chunks) throw new SnapshotCorrupt(`snapshot ${meta.id}: chunk ${chunks} missing`);
     chunks++;
-    const entries = unpackr.unpack(value) as Entry[];
+    // Chunks written by msgpackr's encoder (before 2026-11-24) and by record-bytes.ts read alike.
+    const entries = decodeRecords(value) as Entry[];
     for (const entry of entries) {
       switch (entry[0]) {
         case ENTRY_WORKSPACE:
