@@ -64,7 +64,10 @@ test('any JSON value, any string, any bytes: msgpack that msgpackr reads back th
   const value = fc.letrec((tie) => ({
     any: fc.oneof({ depthSize: 'small' }, text, fc.double({ noNaN: true }), fc.integer(), fc.maxSafeInteger(), fc.boolean(), fc.constant(null), fc.uint8Array({ maxLength: 300 }), tie('array'), tie('object')),
     array: fc.array(tie('any'), { maxLength: 20 }),
-    object: fc.dictionary(text, tie('any'), { maxKeys: 20 }),
+    // Not "__proto__": msgpackr's reader renames that key (to "__proto_", against prototype
+    // pollution), whoever wrote it. No record holds one: every request body with named fields
+    // has a closed schema, which refuses it.
+    object: fc.dictionary(text.filter((key) => key !== '__proto__'), tie('any'), { maxKeys: 20 }),
   })).any;
   fc.assert(
     fc.property(value, (v) => {
