@@ -262,6 +262,28 @@ describe('intake/client', () => {
     assert.equal(product?.name, 'v3', 'the last write applied last');
   });
 
+  test('a batch taken later but made sooner (under the gzip threshold) still leaves after the one before it', async () => {
+    // With one slot, the first batch (gzip'd, made on the thread pool) must leave before the
+    // second, which close() takes a moment later and which needs no gzip, so is made at once.
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { maxBatchItems: 2, maxConcurrentBatches: 1, gzipThresholdBytes: 2_000, flushIntervalMs: 60_000 });
+    const long = 'x'.repeat(1_500);
+    const writes = [
+      c.upsertProduct({ id: 'made-sooner', name: 'first', description: long }),
+      c.upsertProduct({ id: 'made-sooner-2', name: 'n', description: long }),
+      c.upsertProduct({ id: 'made-sooner', name: 'second' }),
+    ];
+    await c.close();
+    for (const write of writes) assert.deepEqual(await write, { success: true });
+    assert.deepEqual(
+      proxy.seen.map((r) => r.headers['content-encoding'] ?? 'identity'),
+      ['gzip', 'identity'],
+      'the batches left in the order taken',
+    );
+    const product = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').find((p) => p.id === 'made-sooner');
+    assert.equal(product?.name, 'second', 'the later write applied last');
+  });
+
   test('the total deadline: a server that keeps failing, or never answers, rejects with IntakeUnavailableError in time', async () => {
     const proxy = await proxyTo(server, () => ({ kind: 'status', status: 503 }));
     const c = client(proxy.url, { retryDeadlineMs: 800, retryBaseDelayMs: 20, retryMaxDelayMs: 100 });

@@ -105,7 +105,8 @@ test('snapshot chunks written by msgpackr before (useRecords: false) read the sa
   const tokens = { fcm: 'token-1' };
   const entries = [
     [0, 0, 'default'],
-    [1, 0, { appVersionCode: 42, appVersionName: '4.2.0', platform: 'ANDROID', language: 'en-GB' }],
+    // 100: msgpackr wrote 64-127 as one byte 0x40-0x7f, which the journal's reader also takes for a record id.
+    [1, 0, { appVersionCode: 100, sdkVersion: 127, build: 64, appVersionName: '4.2.0', platform: 'ANDROID', language: 'en-GB' }],
     [2, 0, 'd'.repeat(21), 's'.repeat(21), 0, 'customer-1', 0, tokens, [['plan', 'string', 'gold'], ['age', 'number', 41]]],
     [2, 0, 'e'.repeat(21), 't'.repeat(21), 0, null, 1, null, null],
     [3, 0, 'customer-1', [['vip', 'boolean', true]]],

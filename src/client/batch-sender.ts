@@ -10,7 +10,7 @@ import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
 
 export const BATCH_PATH = '/batch';
 
-/** A write waiting for its answer. `json` is its batch item, serialized once when it was queued. */
+/** A write waiting for its answer. `json` is its batch item, serialized once when it was queued. Settles once: later calls are ignored. */
 export interface QueuedWrite {
   seq: number;
   method: WriteMethod;
@@ -72,13 +72,24 @@ export interface BatchSlots {
 
 /**
  * Settles every write of `writes`, in order (items are applied by the server in the order sent;
- * halves of a split go one after the other). The body is made before a slot is asked for, so a
- * batch waiting for one leaves ready. Never rejects: each write's promise carries its outcome.
+ * halves of a split go one after the other). Its slot is asked for at once, before the body is
+ * made: slots are granted in the order asked, so batches leave in the order they were taken even
+ * when a later one's body is ready first (a small one under the gzip threshold, say), and a batch
+ * waiting for its slot is made meanwhile. Never rejects: each write's promise carries its
+ * outcome, a body that cannot be made (or any other failure here) included.
  */
 export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions, slots: BatchSlots): Promise<void> {
-  const first = await envelope(writes, options);
-  await slots.acquire();
+  const slot = slots.acquire();
+  let first: Envelope | null = null;
+  let failure: unknown = null;
   try {
+    first = await envelope(writes, options);
+  } catch (error) {
+    failure = error;
+  }
+  await slot;
+  try {
+    if (first === null) throw failure;
     // The deadline counts from the first attempt, not from the wait for a slot.
     const deadlineAtMs = Date.now() + options.retryDeadlineMs;
     let prepared: Envelope | null = first;
@@ -89,6 +100,9 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
       prepared = null;
       if (halves !== null) groups.unshift(...halves);
     }
+  } catch (error) {
+    // Writes settled already ignore this (QueuedWrite settles once).
+    for (const w of writes) w.reject(error);
   } finally {
     slots.release();
   }

@@ -20,7 +20,11 @@ export async function prepareBody(json: string, gzipThresholdBytes: number): Pro
   // half the input takes the whole output in one pass of the thread pool: with zlib's 16 KiB
   // default a batch took about five, each waiting for a turn of this (busy) thread, and the
   // next batch left some 20 ms after a slot freed (measured).
-  return { bytes: await gzip(raw, { level: 1, chunkSize: Math.max(16 * 1024, Math.ceil(raw.length / 2)) }), gzipped: true, jsonBytes: raw.length };
+  const out = await gzip(raw, { level: 1, chunkSize: Math.max(16 * 1024, Math.ceil(raw.length / 2)) });
+  // The output may be a view of that whole chunk: copied out, the body held (for retries) is its
+  // gzip'd size, not half its JSON's.
+  const bytes = out.byteLength * 2 < out.buffer.byteLength ? Buffer.from(out) : out;
+  return { bytes, gzipped: true, jsonBytes: raw.length };
 }
 
 export type Attempt =

@@ -24,6 +24,7 @@ function itemJson(method: WriteMethod, path: string, body: unknown, idempotencyK
  */
 class HeldWrite implements QueuedWrite {
   readonly enqueuedAtMs = Date.now();
+  private settled = false;
 
   constructor(
     private readonly queue: WriteQueue,
@@ -40,11 +41,15 @@ class HeldWrite implements QueuedWrite {
   // The caller's promise settles before flush() waiters are woken, so that code awaiting close()
   // finds every write's own handlers already run.
   resolve(value: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
     this.onResolve(value);
     this.queue.release(this);
   }
 
   reject(error: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
     this.onReject(error);
     this.queue.release(this);
   }
