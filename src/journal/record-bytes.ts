@@ -225,19 +225,24 @@ class Writer {
     return true;
   }
 
-  private array(values: readonly unknown[]): void {
-    const n = values.length;
+  /** An array's or a map's header: `fix | n` below 16, else `op16` then a uint16, or `op16 + 1` then a uint32. */
+  private countHeader(n: number, fix: number, op16: number): void {
     this.room(5);
-    if (n < 16) this.buffer[this.at++] = 0x90 | n;
+    if (n < 16) this.buffer[this.at++] = fix | n;
     else if (n < 0x10000) {
-      this.buffer[this.at++] = 0xdc;
+      this.buffer[this.at++] = op16;
       this.view.setUint16(this.at, n);
       this.at += 2;
     } else {
-      this.buffer[this.at++] = 0xdd;
+      this.buffer[this.at++] = op16 + 1;
       this.view.setUint32(this.at, n);
       this.at += 4;
     }
+  }
+
+  private array(values: readonly unknown[]): void {
+    const n = values.length;
+    this.countHeader(n, 0x90, 0xdc);
     for (let i = 0; i < n; i++) this.value(values[i]);
   }
 
@@ -301,17 +306,7 @@ class Writer {
 
   private map(object: Record<string, unknown>, keys: readonly string[]): void {
     const n = keys.length;
-    this.room(5);
-    if (n < 16) this.buffer[this.at++] = 0x80 | n;
-    else if (n < 0x10000) {
-      this.buffer[this.at++] = 0xde;
-      this.view.setUint16(this.at, n);
-      this.at += 2;
-    } else {
-      this.buffer[this.at++] = 0xdf;
-      this.view.setUint32(this.at, n);
-      this.at += 4;
-    }
+    this.countHeader(n, 0x80, 0xde);
     for (let i = 0; i < n; i++) {
       const key = keys[i]!;
       this.key(key);
