@@ -763,8 +763,11 @@ export class ClusterNode {
       this.notifyTimer = null;
       if (this.roleNow !== 'leader' || this.epochNow !== epoch) return;
       this.lastNotifyAtMs = performance.now();
-      // Lost, it costs the followers a poll interval at most (REPLICATION_POLL_LISTENING_MS).
-      this.commits.use((client) => this.journal.notify(client, this.knownHeadSeq)).catch(() => undefined);
+      // Lost, it costs the followers a poll interval at most (REPLICATION_POLL_LISTENING_MS). Its
+      // failure is caught inside: the commit connection is closed on an error that reaches use(),
+      // and the commits queued behind it would fail with it (a broken connection is found by the
+      // next commit).
+      void this.commits.use((client) => this.journal.notify(client, this.knownHeadSeq).catch(() => undefined)).catch(() => undefined);
     }, delayMs);
     this.notifyTimer.unref();
   }

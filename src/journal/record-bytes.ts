@@ -25,19 +25,17 @@ const INITIAL_BYTES = 64 * 1024;
 /** A scratch buffer grown past this (a batch of big mappings) is not kept for the next batch. */
 const MAX_KEPT_BYTES = 4 * 1024 * 1024;
 /**
- * The keys' encoded bytes of objects written as plain maps (shapes past the limits below): kept,
- * since copying a few bytes costs less than a native call. Bounded: past this many keys (free-form
- * attribute names, say), new keys are written each time.
+ * msgpackr's one-byte record ids: 0x40 + 0..63. Past 64 shapes in one batch the ids are used
+ * again, each defined anew (msgpackr's reader takes the newest definition of an id, as msgpackr's
+ * encoder does the same). Every object is a record, never a msgpack map: readers without
+ * `mapsAsObjects` (the previous release's, lmdb-js's default) would read a map as a Map.
  */
-const MAX_CACHED_KEYS = 4096;
-
-/** msgpackr's one-byte record ids: 0x40 + 0..63 (a second batch of shapes is written as maps). */
 const FIRST_RECORD_ID = 0x40;
 const MAX_RECORD_IDS = 64;
 /**
  * Key lists seen, as a tree of keys (one node per key prefix), kept across batches so that a
- * shape is found with one map lookup per key. Bounded: past this many nodes, objects of a new
- * shape (free-form attribute objects, say) are written as plain maps.
+ * shape is found with one map lookup per key. Bounded: past this many nodes, an object of a new
+ * shape (free-form attribute objects, say) has its key list written out each time.
  */
 const MAX_SHAPE_NODES = 4096;
 /**
@@ -68,7 +66,6 @@ type Utf8Writer = Buffer & { utf8Write(text: string, offset: number, length: num
 
 class Writer {
   private buffer: Buffer = Buffer.allocUnsafe(INITIAL_BYTES);
-  private readonly keys = new Map<string, Uint8Array>();
   private readonly shapes = newShape();
   private shapeNodes = 1;
   /** Up to RECENT_SHAPES shapes, each with its keys set; replaced in turn. */
@@ -77,6 +74,8 @@ class Writer {
   /** Counts encode calls: a shape defined in an earlier batch is defined again. */
   private batch = 0;
   private nextRecordId = 0;
+  /** The shape each record id was last given to (null: an uncached key list). */
+  private readonly idOwners: Array<Shape | null> = [];
   private view = new DataView(this.buffer.buffer, this.buffer.byteOffset, this.buffer.byteLength);
   private at = 0;
 
@@ -252,30 +251,33 @@ class Writer {
     // cost 1.9 µs of an app launch record's 5.3 in a profile).
     const keys = Object.keys(object);
     const n = keys.length;
-    const shape = n === 0 ? undefined : this.shapeOf(keys);
-    if (shape === undefined) return this.map(object, keys);
-    if (shape.batch === this.batch) {
+    const shape = this.shapeOf(keys);
+    if (shape !== undefined && shape.batch === this.batch) {
       this.room(1);
       this.buffer[this.at++] = FIRST_RECORD_ID + shape.id;
-    } else if (this.nextRecordId < MAX_RECORD_IDS) {
-      shape.batch = this.batch;
-      shape.id = this.nextRecordId++;
+    } else {
+      const id = this.takeRecordId(shape ?? null);
       this.room(3);
       this.buffer[this.at++] = 0xd4;
       this.buffer[this.at++] = 0x72;
-      this.buffer[this.at++] = FIRST_RECORD_ID + shape.id;
-      if (shape.keysBytes === null) {
-        const start = this.at;
-        this.array(keys);
-        shape.keysBytes = Uint8Array.prototype.slice.call(this.buffer, start, this.at);
-      } else this.copy(shape.keysBytes);
-    } else return this.map(object, keys);
+      this.buffer[this.at++] = FIRST_RECORD_ID + id;
+      if (shape === undefined) this.array(keys);
+      else {
+        shape.batch = this.batch;
+        shape.id = id;
+        if (shape.keysBytes === null) {
+          const start = this.at;
+          this.array(keys);
+          shape.keysBytes = Uint8Array.prototype.slice.call(this.buffer, start, this.at);
+        } else this.copy(shape.keysBytes);
+      }
+    }
     // The values in the keys' order, in one native call (a keyed load per key cost more).
     const values = Object.values(object);
     for (let i = 0; i < n; i++) this.value(values[i]);
   }
 
-  /** The shape of an object with these keys (at least one), or undefined past the tree's limit. */
+  /** The shape of an object with these keys (none: the tree's root), or undefined past the tree's limit. */
   private shapeOf(keys: readonly string[]): Shape | undefined {
     const n = keys.length;
     const recent = this.recent;
@@ -304,25 +306,14 @@ class Writer {
     return shape;
   }
 
-  private map(object: Record<string, unknown>, keys: readonly string[]): void {
-    const n = keys.length;
-    this.countHeader(n, 0x80, 0xde);
-    for (let i = 0; i < n; i++) {
-      const key = keys[i]!;
-      this.key(key);
-      this.value(object[key]);
-    }
-  }
-
-  private key(key: string): void {
-    const known = this.keys.get(key);
-    if (known === undefined) {
-      const start = this.at;
-      this.string(key);
-      if (this.keys.size < MAX_CACHED_KEYS) this.keys.set(key, Uint8Array.prototype.slice.call(this.buffer, start, this.at));
-      return;
-    }
-    this.copy(known);
+  /** The next record id, in turn; the shape that held it in this batch must be defined again. */
+  private takeRecordId(owner: Shape | null): number {
+    const id = this.nextRecordId;
+    this.nextRecordId = (id + 1) % MAX_RECORD_IDS;
+    const previous = this.idOwners[id];
+    if (previous !== undefined && previous !== null && previous.batch === this.batch) previous.batch = 0;
+    this.idOwners[id] = owner;
+    return id;
   }
 
   /** A few bytes written before: a loop costs less than a native copy at these sizes. */
