@@ -149,6 +149,11 @@ test('long strings, big arrays and maps take the wider headers', () => {
   }
   const big = Array.from({ length: 70_000 }, (_, i) => i);
   assert.deepEqual(decodeRecords(encodeRecords(big)), big);
+  // Byte strings (bin 8/16/32): an Idempotency-Key's hashes are 20 bytes, but any length reads back.
+  for (const n of [0, 255, 256, 65535, 65536]) {
+    const bytes = Uint8Array.from({ length: n }, (_, i) => i % 251);
+    assert.deepEqual([...(decodeRecords(encodeRecords(bytes)) as Uint8Array)], [...bytes]);
+  }
   for (const n of [15, 16, 65535, 65536]) {
     const map = Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]));
     assert.deepEqual(decodeRecords(encodeRecords(map)), map);

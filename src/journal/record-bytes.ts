@@ -326,21 +326,26 @@ class Writer {
     this.at = at;
   }
 
-  private bytes(bytes: Uint8Array): void {
-    const n = bytes.byteLength;
-    this.room(n + 5);
+  /** A bin's or an ext's length (room reserved by the caller): `op8` then a uint8, `op8 + 1` then a uint16, or `op8 + 2` then a uint32. */
+  private lengthHeader(n: number, op8: number): void {
     if (n < 0x100) {
-      this.buffer[this.at++] = 0xc4;
+      this.buffer[this.at++] = op8;
       this.buffer[this.at++] = n;
     } else if (n < 0x10000) {
-      this.buffer[this.at++] = 0xc5;
+      this.buffer[this.at++] = op8 + 1;
       this.view.setUint16(this.at, n);
       this.at += 2;
     } else {
-      this.buffer[this.at++] = 0xc6;
+      this.buffer[this.at++] = op8 + 2;
       this.view.setUint32(this.at, n);
       this.at += 4;
     }
+  }
+
+  private bytes(bytes: Uint8Array): void {
+    const n = bytes.byteLength;
+    this.room(n + 5);
+    this.lengthHeader(n, 0xc4);
     this.buffer.set(bytes, this.at);
     this.at += n;
   }
@@ -351,18 +356,7 @@ class Writer {
     this.room(n + 6);
     const fixed = n === 1 ? 0xd4 : n === 2 ? 0xd5 : n === 4 ? 0xd6 : n === 8 ? 0xd7 : n === 16 ? 0xd8 : 0;
     if (fixed !== 0) this.buffer[this.at++] = fixed;
-    else if (n < 0x100) {
-      this.buffer[this.at++] = 0xc7;
-      this.buffer[this.at++] = n;
-    } else if (n < 0x10000) {
-      this.buffer[this.at++] = 0xc8;
-      this.view.setUint16(this.at, n);
-      this.at += 2;
-    } else {
-      this.buffer[this.at++] = 0xc9;
-      this.view.setUint32(this.at, n);
-      this.at += 4;
-    }
+    else this.lengthHeader(n, 0xc7);
     this.buffer[this.at++] = type;
     this.buffer.set(data, this.at);
     this.at += n;
