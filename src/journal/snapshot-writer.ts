@@ -120,6 +120,8 @@ export class SnapshotWriter {
   private nextId: number;
   /** The seq covered by the newest complete snapshot (0: none). */
   private coveredSeq: number;
+  /** The entities (devices, customers, products, collections) the newest complete snapshot wrote. */
+  private coveredEntities: number;
   /** Cluster mode: told of each snapshot written (the leader stores it in PostgreSQL). */
   private readonly listeners: Array<(meta: SnapshotMeta) => void> = [];
   /** Cluster mode: a snapshot from PostgreSQL is being installed; none of this node's own starts. */
@@ -136,7 +138,9 @@ export class SnapshotWriter {
     for (const key of store.snapshots.getKeys({ reverse: true, limit: 1 })) lastId = key;
     for (const key of store.snapshotChunks.getKeys({ reverse: true, limit: 1 })) lastId = Math.max(lastId, key[0]);
     this.nextId = lastId + 1;
-    this.coveredSeq = newestCompleteSnapshot(store)?.seq ?? 0;
+    const newest = newestCompleteSnapshot(store);
+    this.coveredSeq = newest?.seq ?? 0;
+    this.coveredEntities = newest === null ? 0 : entitiesOf(newest);
   }
 
   /** The change tracker of one workspace's actors. */
@@ -160,6 +164,11 @@ export class SnapshotWriter {
   /** The seq the newest complete snapshot covers. */
   get lastCoveredSeq(): number {
     return this.coveredSeq;
+  }
+
+  /** How many entities the newest complete snapshot wrote (0: none): what the next one costs, about. */
+  get lastEntities(): number {
+    return this.coveredEntities;
   }
 
   /**
@@ -224,6 +233,7 @@ export class SnapshotWriter {
       await this.abort();
       const meta = await write(this.nextId++);
       this.coveredSeq = meta.seq;
+      this.coveredEntities = entitiesOf(meta);
       await removeSnapshotsBefore(this.store, meta.id);
       await then();
       return meta;
@@ -278,6 +288,7 @@ export class SnapshotWriter {
     };
     await this.store.snapshots.put(meta.id, meta);
     this.coveredSeq = meta.seq;
+    this.coveredEntities = entitiesOf(meta);
     await removeSnapshotsBefore(this.store, meta.id);
     return meta;
   }
@@ -320,6 +331,15 @@ class WalkPace {
     }
     this.busySince = performance.now();
   }
+}
+
+/**
+ * The entities a snapshot wrote: what its walk visited and encoded. Launch profiles (shared by
+ * many devices) and remembered Idempotency-Keys (32 bytes each, copied in slices) cost little.
+ */
+function entitiesOf(meta: SnapshotMeta): number {
+  const { devices, customers, products, collections } = meta.entities;
+  return devices + customers + products + collections;
 }
 
 /** The newest snapshot whose every chunk is durable, or null. */
