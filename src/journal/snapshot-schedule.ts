@@ -58,9 +58,10 @@ export class SnapshotSchedule {
     // if that is more. A snapshot writes every entity held, so a fixed count made its cost per
     // record grow with the state (a million devices every 500,000 records: two devices written
     // per record, the most an app launch cost beyond the yardstick at saturation). This way it
-    // stays within one entity per record, and the tail a restart replays stays within about the
-    // snapshot it loads (a record replays 1.5 to 2.5 times faster than an entity loads:
-    // README, Recovery time).
+    // stays within about two entities per record (two when each record adds one), and the tail
+    // a restart replays within about the snapshot it loads plus what came during the next one
+    // (a track-event record replays 1.5 to 2.5 times faster than an entity loads: README,
+    // Recovery time).
     const dueAfterRecords = Math.max(snapshotEveryRecords, this.writer.lastEntities);
     if (behind > 0 && snapshotEveryRecords > 0 && behind >= dueAfterRecords) {
       void this.snapshotNow(`${behind} records since the last snapshot`);

@@ -14,7 +14,7 @@ import type { KeyTable } from '../idempotency/key-table.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Journal } from './journal.ts';
 import { encodeRecords } from './record-bytes.ts';
-import { SnapshotEncoder } from './snapshot-format.ts';
+import { SnapshotEncoder, type EntityCounts } from './snapshot-format.ts';
 import type { SnapshotMeta, Store } from './store.ts';
 
 /** Chunk writes allowed in flight before the walk waits (bounds the memory a snapshot holds). */
@@ -338,8 +338,11 @@ class WalkPace {
  * many devices) and remembered Idempotency-Keys (32 bytes each, copied in slices) cost little.
  */
 function entitiesOf(meta: SnapshotMeta): number {
-  const { devices, customers, products, collections } = meta.entities;
-  return devices + customers + products + collections;
+  const entities: Partial<Record<keyof EntityCounts, unknown>> = meta.entities ?? {};
+  const { devices, customers, products, collections } = entities;
+  // A count missing from a meta counts as none: NaN here would stop snapshots by count for good.
+  const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) ? n : 0);
+  return count(devices) + count(customers) + count(products) + count(collections);
 }
 
 /** The newest snapshot whose every chunk is durable, or null. */
