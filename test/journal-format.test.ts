@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { open } from 'lmdb';
 import { Packr, Unpackr } from 'msgpackr';
 import { journalProducts, packIds } from '../src/journal/packed-ids.ts';
-import { decodeRecords, encodeRecords } from '../src/journal/record-bytes.ts';
+import { decodeRecords, encodeRecords, RecordWriter } from '../src/journal/record-bytes.ts';
 import type { JournalRecord } from '../src/journal/records.ts';
 import { encodeChunk } from '../src/journal/snapshot-writer.ts';
 import { openStore, STORE_FILE } from '../src/journal/store.ts';
@@ -78,6 +78,16 @@ test('any JSON value, any string, any bytes: msgpack that msgpackr reads back th
     }),
     { numRuns: 500 },
   );
+});
+
+test('past 64 shapes, the same batch again gives the same bytes: a shape that held a record id in an earlier batch is not written out again', () => {
+  // 90 shapes of data and the record's own, 300 records: the ids go round several times.
+  const records = Array.from({ length: 300 }, (_, i) => ({ kind: 'event', at: i, data: { [`x${i % 90}`]: i, s: 'é'.repeat(i % 40) } }));
+  const writer = new RecordWriter();
+  const first = writer.encode(records);
+  assert.deepEqual(decodeRecords(first), records);
+  // Compared as bytes (the reader above hung a DataView on `first`).
+  for (let again = 0; again < 3; again++) assert.ok(writer.encode(records).equals(first), `batch ${again + 2}: the same bytes as the first`);
 });
 
 test('objects whose keys differ only late, or only in order, keep their own shapes (the recent-shapes check)', () => {
