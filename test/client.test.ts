@@ -307,6 +307,21 @@ describe('intake/client', () => {
     took = Date.now() - started;
     assert.ok(took >= 450 && took < 1_500, `an attempt never outlives the deadline (${took} ms)`);
     await hung.close();
+
+    // A 503, then an attempt the deadline cuts short: the error still says what the server
+    // answered, and the timeout is its cause.
+    let requests = 0;
+    proxy.plan = () => (requests++ === 0 ? { kind: 'status', status: 503 } : { kind: 'hang' });
+    const cut = client(proxy.url, { retryDeadlineMs: 500, retryBaseDelayMs: 20, retryMaxDelayMs: 50, requestTimeoutMs: 60_000 });
+    await assert.rejects(cut.upsertProduct({ id: 'dl3', name: 'n' }), (error: unknown) => {
+      assert.ok(error instanceof IntakeUnavailableError);
+      assert.equal(error.attempts, 2);
+      assert.equal(error.lastStatus, 503, 'the last status the server answered');
+      assert.ok(error.cause !== null && error.cause !== undefined, 'the cut attempt is the cause');
+      assert.match(error.message, /last answer 503, last error: /);
+      return true;
+    });
+    await cut.close();
   });
 
   test('every write keeps its Idempotency-Key across retries (given or made), and bodies above gzipThresholdBytes go gzip\'d', async () => {

@@ -113,6 +113,12 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
   let current = start;
   let attempts = 0;
   let retries = 0;
+  /**
+   * The last HTTP status the server answered, kept across attempts: when the attempt the deadline
+   * cut short (its timeout is what was left) was the last, the user still learns that the server
+   * was answering 503, say, and the timeout is the error's cause.
+   */
+  let lastStatus: number | null = null;
   for (;;) {
     const remainingMs = deadlineAtMs - Date.now();
     const outcome = await attempt({
@@ -162,10 +168,11 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }
+    if (retryStatus !== null) lastStatus = retryStatus;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
     if (Date.now() + delayMs >= deadlineAtMs) {
-      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, retryStatus, retryError));
+      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError));
       return null;
     }
     options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });

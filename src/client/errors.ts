@@ -50,7 +50,8 @@ export class IntakeRequestError extends IntakeError {
  * Retries ran out (the total deadline passed, or the next wait would end after it). The write
  * MAY HAVE BEEN APPLIED (an answer can be lost after the server committed): send it again with
  * the same `write.idempotencyKey` and the server applies it at most once. `lastStatus` is the last
- * HTTP status seen (null: a network error or a timeout, see `cause`).
+ * HTTP status the server answered in any attempt (null: none answered); `cause` is the last
+ * attempt's network error or timeout, if it ended with one.
  */
 export class IntakeUnavailableError extends IntakeError {
   constructor(
@@ -59,7 +60,8 @@ export class IntakeUnavailableError extends IntakeError {
     readonly lastStatus: number | null,
     cause: unknown,
   ) {
-    const why = lastStatus !== null ? `last answer ${lastStatus}` : `last error: ${cause instanceof Error ? cause.message : String(cause)}`;
+    const error = cause === null || cause === undefined ? null : `last error: ${cause instanceof Error ? cause.message : String(cause)}`;
+    const why = [lastStatus !== null ? `last answer ${lastStatus}` : null, error].filter((part) => part !== null).join(', ');
     super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}gave up after ${attempts} attempt(s) (${why}); it may or may not have been applied, retry with the same Idempotency-Key`, { cause });
   }
 }
