@@ -119,9 +119,9 @@ export class SnapshotWriter {
   private runningDone: Promise<SnapshotMeta | null> | null = null;
   private nextId: number;
   /** The seq covered by the newest complete snapshot (0: none). */
-  private coveredSeq: number;
+  private coveredSeq = 0;
   /** The entities (devices, customers, products, collections) the newest complete snapshot wrote. */
-  private coveredEntities: number;
+  private coveredEntities = 0;
   /** Cluster mode: told of each snapshot written (the leader stores it in PostgreSQL). */
   private readonly listeners: Array<(meta: SnapshotMeta) => void> = [];
   /** Cluster mode: a snapshot from PostgreSQL is being installed; none of this node's own starts. */
@@ -139,8 +139,13 @@ export class SnapshotWriter {
     for (const key of store.snapshotChunks.getKeys({ reverse: true, limit: 1 })) lastId = Math.max(lastId, key[0]);
     this.nextId = lastId + 1;
     const newest = newestCompleteSnapshot(store);
-    this.coveredSeq = newest?.seq ?? 0;
-    this.coveredEntities = newest === null ? 0 : entitiesOf(newest);
+    if (newest !== null) this.cover(newest);
+  }
+
+  /** `meta` is now the newest complete snapshot. */
+  private cover(meta: SnapshotMeta): void {
+    this.coveredSeq = meta.seq;
+    this.coveredEntities = entitiesOf(meta);
   }
 
   /** The change tracker of one workspace's actors. */
@@ -232,8 +237,7 @@ export class SnapshotWriter {
     try {
       await this.abort();
       const meta = await write(this.nextId++);
-      this.coveredSeq = meta.seq;
-      this.coveredEntities = entitiesOf(meta);
+      this.cover(meta);
       await removeSnapshotsBefore(this.store, meta.id);
       await then();
       return meta;
@@ -287,8 +291,7 @@ export class SnapshotWriter {
       entities: { ...running.encoder.counts },
     };
     await this.store.snapshots.put(meta.id, meta);
-    this.coveredSeq = meta.seq;
-    this.coveredEntities = entitiesOf(meta);
+    this.cover(meta);
     await removeSnapshotsBefore(this.store, meta.id);
     return meta;
   }
