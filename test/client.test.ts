@@ -206,6 +206,44 @@ describe('intake/client', () => {
     assert.equal(upserts.length, 65, 'every write once, none twice');
   });
 
+  test('a batch of more items than the key\'s rate-limit burst is cut to the burst (429); one over BATCH_MAX_ITEMS is halved (422): every write lands once', async () => {
+    // Such a batch can never pass as it is: retried unchanged until the deadline, every write failed.
+    const limited = await start({ RATE_LIMIT_PER_SECOND: '1000', RATE_LIMIT_BURST: '30' });
+    const capped = await start({ BATCH_MAX_ITEMS: '16' });
+    for (const [target, expected] of [
+      [limited, 429],
+      [capped, 422],
+    ] as const) {
+      const proxy = await proxyTo(target);
+      const c = client(proxy.url, { flushIntervalMs: 60_000, maxBatchItems: 100, retryDeadlineMs: 10_000 });
+      const writes = Array.from({ length: 100 }, (_, i) => c.upsertProduct({ id: `cut-${i}`, name: 'n' }));
+      await c.close();
+      for (const w of writes) assert.deepEqual(await w, { success: true });
+      const statuses = proxy.seen.map((r) => r.upstreamStatus);
+      assert.equal(statuses[0], expected, `the first batch got ${expected}: ${statuses.join(',')}`);
+      assert.equal(exportLines(target.dataDir, 'events', '--kind', 'product_upsert').length, 100, 'every write once, none twice');
+    }
+  });
+
+  test('a body JSON cannot carry (a BigInt) rejects the write\'s promise; it does not throw', async () => {
+    const c = client(server.url);
+    const write = c.upsertProduct({ id: 'bigint', name: 'n', price: 1n as unknown as number });
+    await assert.rejects(write, TypeError);
+    await c.close();
+  });
+
+  test('Retry-After: delta-seconds or one of the three HTTP-date forms; anything else is ignored (the backoff applies)', async () => {
+    const { parseRetryAfterMs } = await import('../src/client/retry-policy.ts');
+    const now = Date.parse('Sun, 06 Nov 1994 08:49:30 GMT');
+    assert.equal(parseRetryAfterMs('5', now), 5000);
+    assert.equal(parseRetryAfterMs('Sun, 06 Nov 1994 08:49:37 GMT', now), 7000);
+    assert.equal(parseRetryAfterMs('Sunday, 06-Nov-94 08:49:37 GMT', now), 7000);
+    assert.equal(parseRetryAfterMs('Sun Nov  6 08:49:37 1994', now), 7000);
+    assert.equal(parseRetryAfterMs('Sun, 06 Nov 1994 08:49:00 GMT', now), 0, 'a date passed: no wait');
+    // Date.parse reads these as dates in 2001: a wait of 0 ms in place of the backoff.
+    for (const value of ['0.5', '1.5', '-5', '2 ', 'soon', '']) assert.equal(parseRetryAfterMs(value, now), value.trim() === '2' ? 2000 : null, JSON.stringify(value));
+  });
+
   test('no retry on other 4xx: 401, and a proxy 409 or 400, are final after one attempt', async () => {
     const proxy = await proxyTo(server);
     const wrongKey = createClient({ url: proxy.url, serviceKey: 'not-a-key-of-this-server', ...FAST });

@@ -118,6 +118,40 @@ describe('npm run import', () => {
     assert.equal(records(), before, 'a re-run adds no mapping record');
   });
 
+  test('lines of several KB: no line refused for the client\'s queue (in flight is bounded by bytes too); exit 0', async () => {
+    // 2,600 products of ~7 KB: 18 MB, more than the client's 16 MiB queue, through a proxy that
+    // holds each batch 100 ms. Bounded by lines only, the import queued them faster than batches
+    // were answered, and the lines past 16 MiB failed with QueueFullError.
+    const long = (c: string, n: number) => c.repeat(n);
+    const lines = Array.from({ length: 2_600 }, (_, i) => JSON.stringify({ id: `kb-${i}`, name: long('n', 2000), description: long('d', 2000), image: long('i', 1000), url: long('u', 1000), vendor: long('v', 1000) }));
+    const file = writeNdjson('big-lines.ndjson', lines);
+    const proxy = await startFaultProxy(server.url, () => ({ kind: 'delay', ms: 100 }));
+    proxies.push(proxy);
+    const run = await runImport(['products', file], proxy.url);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stderr, /2,600 of 2,600 line\(s\) done .*2,600 ok, 0 failed/);
+    assert.equal(upserts('product_upsert').filter((e) => String(e.data.id).startsWith('kb-')).length, 2_600);
+  });
+
+  test('lines end at "\\n" only (CRLF and a lone CR inside a line are read right); a re-run that fails nothing removes the earlier failed file', async () => {
+    const file = writeNdjson('cr.ndjson', []);
+    // A CRLF line, a line with a lone CR between two members (JSON whitespace), and a bad line.
+    writeFileSync(file, `${JSON.stringify({ id: 'cr-1', name: 'A' })}\r\n{"id":"cr-2",\r"name":"B"}\nnot JSON\n`);
+    const first = await runImport(['products', file], server.url);
+    assert.equal(first.code, 1, first.stderr);
+    assert.match(first.stderr, /3 of 3 line\(s\) done .*2 ok, 1 failed/);
+    const failed = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+    assert.deepEqual(failed.map((f) => f.line), [3], 'only the bad line failed');
+    const names = Object.fromEntries(exportLines(server.dataDir, 'products', '--workspace', 'ws-a').filter((p) => String(p.id).startsWith('cr-')).map((p) => [p.id, p.name]));
+    assert.deepEqual(names, { 'cr-1': 'A', 'cr-2': 'B' });
+
+    // The bad line fixed: nothing fails, and the failed file of the run before is gone.
+    writeFileSync(file, `${JSON.stringify({ id: 'cr-1', name: 'A' })}\r\n{"id":"cr-2",\r"name":"B"}\n${JSON.stringify({ id: 'cr-3', name: 'C' })}\n`);
+    const second = await runImport(['products', file], server.url);
+    assert.equal(second.code, 0, second.stderr);
+    assert.ok(!existsSync(`${file}.failed.ndjson`), 'no stale failed file after a run that failed nothing');
+  });
+
   test('usage errors exit 2 and say why', async () => {
     const run = await runImport(['things', 'x.ndjson'], server.url);
     assert.equal(run.code, 2);

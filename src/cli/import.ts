@@ -3,8 +3,7 @@
 // Progress on stderr; a summary at the end; exit 1 if any line failed, with the failed lines in
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
-import { createReadStream, createWriteStream, realpathSync, type WriteStream } from 'node:fs';
-import { createInterface } from 'node:readline';
+import { createReadStream, createWriteStream, realpathSync, rmSync, type WriteStream } from 'node:fs';
 import { createClient, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
@@ -23,8 +22,12 @@ const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson
 
 class UsageError extends Error {}
 
-/** Lines sent and not yet answered, at most: bounds memory, and stays under the client's queue limit. */
+/** Lines sent and not yet answered, at most, and their bytes: bound memory, and stay under the
+ * client's queue limits (a line over MAX_BYTES_IN_FLIGHT goes alone). Counting lines only, lines of
+ * ~3.4 KB or more filled the client's 16 MiB before 5,000 were in flight, and the next lines were
+ * refused (QueueFullError) and reported as failed. */
 const MAX_LINES_IN_FLIGHT = 5_000;
+const MAX_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 const BATCH_ITEMS = 1_000;
 
 interface Args {
@@ -74,6 +77,29 @@ async function countLines(file: string): Promise<number> {
   return last === 10 ? lines : lines + 1;
 }
 
+/**
+ * The lines of `file`, split at "\n" only (one "\r" before it is dropped: CRLF files). Not
+ * readline: it also ends a line at a lone "\r", which is JSON whitespace inside a line, and then
+ * the line numbers (and so the lines' Idempotency-Keys) would not be those countLines counts.
+ */
+async function* linesOf(file: string): AsyncGenerator<string> {
+  const withoutCr = (line: string) => (line.endsWith('\r') ? line.slice(0, -1) : line);
+  // The current line's pieces: only each new chunk is searched, so a line of many MB costs no more.
+  const pieces: string[] = [];
+  for await (const chunk of createReadStream(file, 'utf8') as AsyncIterable<string>) {
+    let start = 0;
+    for (let end = chunk.indexOf('\n'); end !== -1; end = chunk.indexOf('\n', start)) {
+      pieces.push(chunk.slice(start, end));
+      yield withoutCr(pieces.join(''));
+      pieces.length = 0;
+      start = end + 1;
+    }
+    if (start < chunk.length) pieces.push(chunk.slice(start));
+  }
+  // A last line without "\n" (countLines counts it too).
+  if (pieces.length > 0) yield withoutCr(pieces.join(''));
+}
+
 /** The failed-lines file, opened (and truncated) at the first failure of this run. */
 class FailedLines {
   private out: WriteStream | null = null;
@@ -110,6 +136,8 @@ async function run(args: Args): Promise<number> {
   const fileIdentity = realpathSync(args.file);
   const totalLines = await countLines(args.file);
   const failed = new FailedLines(`${args.file}.failed.ndjson`);
+  // An earlier run's failures are not this run's: a run that fails nothing leaves no such file.
+  rmSync(failed.path, { force: true });
   const client: IntakeClient = createClient({
     url: args.url,
     serviceKey: args.key,
@@ -118,10 +146,12 @@ async function run(args: Args): Promise<number> {
     // mapping after the products it names, when both are in one file).
     maxConcurrentBatches: 1,
     maxQueueItems: MAX_LINES_IN_FLIGHT * 2,
+    maxQueueBytes: MAX_BYTES_IN_FLIGHT * 2,
   });
   let done = 0;
   let ok = 0;
   let inFlight = 0;
+  let inFlightBytes = 0;
   let wake: (() => void) | null = null;
   let interrupted = false;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
@@ -134,9 +164,10 @@ async function run(args: Args): Promise<number> {
   process.on('SIGINT', onSigint);
   process.on('SIGTERM', onSigint);
 
-  const settle = (lineNumber: number, line: string, error: unknown): void => {
+  const settle = (lineNumber: number, line: string, bytes: number, error: unknown): void => {
     done++;
     inFlight--;
+    inFlightBytes -= bytes;
     if (error === null) ok++;
     else failed.write(lineNumber, line, error);
     const w = wake;
@@ -145,8 +176,7 @@ async function run(args: Args): Promise<number> {
   };
 
   let lineNumber = 0;
-  const lines = createInterface({ input: createReadStream(args.file, 'utf8'), crlfDelay: Infinity });
-  for await (const line of lines) {
+  for await (const line of linesOf(args.file)) {
     lineNumber++;
     if (interrupted) break;
     if (line.trim() === '') {
@@ -155,19 +185,20 @@ async function run(args: Args): Promise<number> {
       continue;
     }
     const n = lineNumber;
+    const bytes = Buffer.byteLength(line);
+    while (inFlight > 0 && (inFlight >= MAX_LINES_IN_FLIGHT || inFlightBytes + bytes > MAX_BYTES_IN_FLIGHT)) await new Promise<void>((resolve) => (wake = resolve));
     inFlight++;
+    inFlightBytes += bytes;
     try {
       sendLine(client, args.kind, line, lineKey(args.kind, fileIdentity, n, line, args.salt)).then(
-        () => settle(n, line, null),
-        (error: unknown) => settle(n, line, error),
+        () => settle(n, line, bytes, null),
+        (error: unknown) => settle(n, line, bytes, error),
       );
     } catch (error) {
       if (!(error instanceof LineError)) throw error;
-      settle(n, line, error);
+      settle(n, line, bytes, error);
     }
-    while (inFlight >= MAX_LINES_IN_FLIGHT) await new Promise<void>((resolve) => (wake = resolve));
   }
-  lines.close();
   await client.close();
   // Every write is settled now; its handler may still be a microtask away.
   while (inFlight > 0) await new Promise<void>((resolve) => (wake = resolve));

@@ -1,6 +1,7 @@
 // Sends one batch of queued writes through POST /batch until every write in it is settled:
-// retries (same per-write keys, same batch key while the body is the same), 413 halving, and
-// each item's own answer resolved or rejected.
+// retries (same per-write keys, same batch key while the body is the same), splits (413 and the
+// envelope's 422 halve a batch; a 429 for more items than the key's burst cuts it to the burst),
+// and each item's own answer resolved or rejected.
 import { randomUUID } from 'node:crypto';
 import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type WriteIdentity } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
@@ -52,6 +53,30 @@ function readResults(body: unknown, count: number): ItemResult[] | null {
   return results as ItemResult[];
 }
 
+function halves(writes: QueuedWrite[]): QueuedWrite[][] {
+  const half = Math.ceil(writes.length / 2);
+  return [writes.slice(0, half), writes.slice(half)];
+}
+
+function groupsOf(writes: QueuedWrite[], size: number): QueuedWrite[][] {
+  const groups: QueuedWrite[][] = [];
+  for (let i = 0; i < writes.length; i += size) groups.push(writes.slice(i, i + size));
+  return groups;
+}
+
+/**
+ * The key's rate-limit burst, from the message of the 429 the server gives a batch of more items
+ * than that (src/http/batch.ts: "... more than this key's burst of B ..."); null for any other
+ * 429, which is retried as it is.
+ */
+export function burstOf(body: unknown): number | null {
+  const message = typeof body === 'object' && body !== null ? (body as { message?: unknown }).message : undefined;
+  if (typeof message !== 'string') return null;
+  const m = /burst of (\d+)\b/.exec(message);
+  const burst = m === null ? NaN : Number(m[1]);
+  return Number.isSafeInteger(burst) && burst >= 1 ? burst : null;
+}
+
 /** The body of a batch and its batch-level Idempotency-Key: a new key whenever the items change (a key names one exact body). */
 interface Envelope {
   writes: QueuedWrite[];
@@ -96,9 +121,9 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
     const groups: QueuedWrite[][] = [writes];
     while (groups.length > 0) {
       const group = groups.shift()!;
-      const halves = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs);
+      const smaller = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs);
       prepared = null;
-      if (halves !== null) groups.unshift(...halves);
+      if (smaller !== null) groups.unshift(...smaller);
     }
   } catch (error) {
     // Writes settled already ignore this (QueuedWrite settles once).
@@ -108,7 +133,7 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   }
 }
 
-/** Sends one group until settled; returns two halves instead when the server found it too large. */
+/** Sends one group until settled; returns smaller groups instead when the server found it too large (in order). */
 async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs: number): Promise<QueuedWrite[][] | null> {
   let current = start;
   let attempts = 0;
@@ -153,18 +178,21 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       });
       if (again.length === 0) return null;
       current = await envelope(again, options);
-    } else if (outcome.status === 413) {
-      if (current.writes.length > 1) {
-        const half = Math.ceil(current.writes.length / 2);
-        return [current.writes.slice(0, half), current.writes.slice(half)];
-      }
-      settleFinal(current.writes[0]!, 413, outcome.body);
-      return null;
+    } else if ((outcome.status === 413 || outcome.status === 422) && current.writes.length > 1) {
+      // Too large for the server: its body limit (413), or its BATCH_MAX_ITEMS (a 422 of the
+      // envelope; the envelope the client makes is otherwise always valid). Halves, until a
+      // write alone gets the answer as its own.
+      return halves(current.writes);
+    } else if (outcome.status === 429 && current.writes.length > 1 && burstOf(outcome.body) !== null && current.writes.length > burstOf(outcome.body)!) {
+      // More items than the key's rate-limit burst: such a batch can never pass (it needs a token
+      // per item), however long it waits. Groups of at most the burst, each then rate limited
+      // as any batch.
+      return groupsOf(current.writes, burstOf(outcome.body)!);
     } else if (isRetryableStatus(outcome.status)) {
       retryStatus = outcome.status;
       retryAfterMs = parseRetryAfterMs(outcome.headers.get('retry-after'));
     } else {
-      // A final answer for the whole batch (401, 415, 400, a 422 envelope, a 404 from a server without /batch): every write gets it.
+      // A final answer for the whole batch (401, 415, 400, a 413 or 422 of one write alone, a 404 from a server without /batch): every write gets it.
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }

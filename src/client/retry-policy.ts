@@ -11,9 +11,20 @@ export function parseRetryAfterMs(value: string | null, nowMs = Date.now()): num
   if (value === null) return null;
   const text = value.trim();
   if (/^[0-9]+$/.test(text)) return Number(text) * 1000;
-  const date = Date.parse(text);
+  // Only the HTTP-date forms RFC 9110 names: Date.parse alone reads "0.5", "1.5" or "-5" as dates
+  // in 2001 (a wait of 0 ms in place of the backoff, so retries without pause until the deadline).
+  let date = Number.NaN;
+  if (IMF_FIXDATE.test(text) || RFC850_DATE.test(text)) date = Date.parse(text);
+  else if (ASCTIME_DATE.test(text)) date = Date.parse(`${text} GMT`); // asctime has no zone: it is GMT
   return Number.isNaN(date) ? null : Math.max(0, date - nowMs);
 }
+
+/** Sun, 06 Nov 1994 08:49:37 GMT */
+const IMF_FIXDATE = /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+/** Sunday, 06-Nov-94 08:49:37 GMT (obsolete) */
+const RFC850_DATE = /^[A-Z][a-z]+, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT$/;
+/** Sun Nov  6 08:49:37 1994 (obsolete) */
+const ASCTIME_DATE = /^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/;
 
 export interface BackoffSettings {
   retryBaseDelayMs: number;

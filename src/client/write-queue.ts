@@ -94,7 +94,13 @@ export class WriteQueue {
 
   enqueue<T>(method: WriteMethod, path: string, body: unknown, idempotencyKey: string): Promise<T> {
     if (this.closed) return Promise.reject(new ClientClosedError());
-    const json = itemJson(method, path, body, idempotencyKey);
+    let json: string;
+    try {
+      json = itemJson(method, path, body, idempotencyKey);
+    } catch (error) {
+      // A body JSON cannot carry (a BigInt, a cycle): a rejected promise like every other refusal, not a throw.
+      return Promise.reject(error);
+    }
     const bytes = Buffer.byteLength(json);
     if (this.heldItems + 1 > this.options.maxQueueItems) return Promise.reject(new QueueFullError('maxQueueItems', this.options.maxQueueItems));
     // One write bigger than the whole byte limit would never fit: let it through alone when nothing else is held.
