@@ -5,7 +5,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { exportLines, LAUNCH_INFO, T0, type TestServer } from './helpers/server.ts';
+import { exportLines, LAUNCH_INFO, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { postgresHarness, waitForHeld, withClient } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
@@ -316,5 +316,60 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     const store2 = openStore(again.dataDir);
     assert.equal(store2.meta.get('joinCopyFrom'), undefined, 'the marker is gone once the copy is done');
     await store2.close();
+  });
+  test('a crash right after a join stored its snapshot: the copy of the records before it is still owed, and finished at the next start', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    await writeEveryKind(a, 'k0');
+    const firstKeyed = (await a.status()).appliedSeq + 1;
+    const keyed = await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'crash-1' } });
+    assert.equal(keyed.status, 200);
+    await writeEveryKind(a, 'k1');
+    await sleep(1_100);
+    await snapshotAndUpload(a);
+    // The joining node SIGKILLs itself once the snapshot is stored (complete) and before its
+    // journal is touched: the moment a power cut could hit. The snapshot's meta and the marker
+    // of the copy owed were two writes, and a crash between them lost the marker.
+    const dataDir = tempDataDir();
+    await assert.rejects(c.add({ dataDir, nodeName: 'crashed', env: { INTAKE_TEST_SIGKILL_AT: 'join-snapshot-stored' } }), /exited/, 'it joins before it listens, and died there');
+    const again = await c.add({ dataDir, nodeName: 'crashed' });
+    await nextLog(again, 'finished copying the journal records before the joined snapshot', 0);
+    await caughtUp(again, a);
+    assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(a.dataDir, 'events').filter((e) => e.seq >= firstKeyed), 'the records before the snapshot are there');
+    assertSameState(again, a);
+  });
+  test('a node whose copy of the records before its snapshot cannot finish still reads the lease: it knows the leader and forwards writes to it', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    await writeEveryKind(a, 'q0');
+    const firstKeyed = (await a.status()).appliedSeq + 1;
+    assert.equal((await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'pending-1' } })).status, 200);
+    await writeEveryKind(a, 'q1');
+    await sleep(1_100);
+    const snapshotSeq = await snapshotAndUpload(a);
+    const joined = await c.add();
+    await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
+    await caughtUp(joined, a);
+    assert.equal(await joined.stop(), 0);
+    // The copy owed again, and made impossible: a batch in its middle removed from the cluster's
+    // journal, so every attempt finds the hole and is retried later.
+    const store = openStore(joined.dataDir);
+    await store.root.transaction(() => {
+      store.meta.putSync('joinCopyFrom', firstKeyed);
+      store.meta.putSync('joinCopyTo', snapshotSeq);
+    });
+    await store.close();
+    const [hole] = await sql<{ first_seq: string }>(c, `SELECT first_seq FROM intake_cluster.journal WHERE cluster = $1 AND first_seq > ${firstKeyed} AND last_seq < ${snapshotSeq} ORDER BY first_seq LIMIT 1`);
+    assert.ok(hole !== undefined, 'a batch inside the copy');
+    await sql(c, `DELETE FROM intake_cluster.journal WHERE cluster = $1 AND first_seq = ${hole.first_seq}`);
+
+    const again = await c.add({ dataDir: joined.dataDir, nodeName: joined.nodeName });
+    await until(`${again.nodeName} to know the leader`, async () => ((await again.status()).leader === a.nodeName ? true : null), 10_000);
+    const forwarded = await again.post('/product', { id: 'through-the-stuck-node', name: 'P' });
+    assert.equal(forwarded.status, 200, forwarded.text);
+    assert.equal(logged(again, 'finished copying the journal records before the joined snapshot').length, 0, 'the copy is still owed');
+    assert.equal((await again.status()).role, 'follower');
   });
 });

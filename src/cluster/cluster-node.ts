@@ -212,7 +212,14 @@ export class ClusterNode {
   /** A step-down in progress (a rebuild may run): a stop waits for it. */
   private steppingDown: Promise<void> | null = null;
   private electAgain = false;
+  /** Ends the replication loop's current sleep (set only while it sleeps). */
   private wake: (() => void) | null = null;
+  /**
+   * A wake-up that came while the loop was not sleeping (reading or applying a batch): its next
+   * sleep returns at once. Without it a NOTIFY, or a takeover, that came meanwhile was lost, and
+   * the loop slept a whole poll (1 s) with the leader's last commit unread.
+   */
+  private wakePending = false;
   private electionTimer: NodeJS.Timeout | null = null;
   private replicating: Promise<void> | null = null;
   private renewing = false;
@@ -385,7 +392,7 @@ export class ClusterNode {
     if (this.notifyTimer !== null) clearTimeout(this.notifyTimer);
     this.notifyTimer = null;
     this.uploadNext = null;
-    this.wake?.();
+    this.signal();
     if (wasLeader) await this.releaseLease(epoch);
     // Queries in flight (a read, an upload) fail at once instead of running into their timeouts.
     void this.reader.close();
@@ -674,9 +681,6 @@ export class ClusterNode {
   }
 
   private async tryTakeOver(): Promise<void> {
-    // A node whose journal still owes records before its snapshot must not lead (it would
-    // deliver around them): it finishes the copy first (replicate()).
-    if (this.host.pendingCopy() !== null) return;
     let state = await this.leaseClient.use((client) => this.lease.read(client));
     if (!state.exists) {
       // PostgreSQL was unreachable at start (or the rows were removed): create them now.
@@ -690,6 +694,11 @@ export class ClusterNode {
     this.leaderName = state.live ? state.node : null;
     this.noteLeader(state);
     if (state.live) return;
+    // A node whose journal still owes records before its snapshot must not lead (it would
+    // deliver around them): it finishes the copy first (replicate()). It still reads the lease
+    // above: while the copy runs (or is retried) it knows the leader, forwards writes to it and
+    // is ready; before, it stayed without a leader for as long as the copy took.
+    if (this.host.pendingCopy() !== null) return;
     const sentAt = performance.now();
     // A new secret per epoch: a follower still holding an older one is refused (401) and reads the lease again.
     const secret = randomBytes(24).toString('base64url');
@@ -704,7 +713,7 @@ export class ClusterNode {
     if (taken.lastSeq > this.knownHeadSeq) this.knownHeadSeq = taken.lastSeq;
     this.roleNow = 'candidate';
     this.log.info({ epoch: taken.epoch, journalSeq: taken.lastSeq, appliedSeq: this.host.appliedSeq() }, 'took the leader lease; applying the journal to its end before accepting writes');
-    this.wake?.();
+    this.signal();
   }
 
   /** A follower's view of the live leader, for forwarding; the same object while the lease row says the same. */
@@ -806,7 +815,7 @@ export class ClusterNode {
     // up, so that another node need not wait for it to expire.
     if (!(error instanceof FencedError) && this.running) await this.releaseLease(epoch);
     if (this.roleNow === 'stepping-down') this.roleNow = 'follower';
-    this.wake?.();
+    this.signal();
   }
 
   /**
@@ -816,16 +825,26 @@ export class ClusterNode {
    * record than applying it. A candidate catching up reads at once.
    */
   private wakeSoon(): void {
-    if (this.roleNow === 'candidate') return this.wake?.();
+    if (this.roleNow === 'candidate') return this.signal();
     if (this.wakeTimer !== null) return;
     this.wakeTimer = setTimeout(() => {
       this.wakeTimer = null;
-      this.wake?.();
+      this.signal();
     }, REPLICATION_LINGER_MS);
+  }
+
+  /** Wakes the replication loop: now if it sleeps, else at its next sleep. */
+  private signal(): void {
+    if (this.wake !== null) this.wake();
+    else this.wakePending = true;
   }
 
   private sleep(ms: number): Promise<void> {
     if (!this.running) return Promise.resolve();
+    if (this.wakePending) {
+      this.wakePending = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | null = null;
       const done = (): void => {

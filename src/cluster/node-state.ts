@@ -14,6 +14,7 @@
 // local journal is touched, so a crash at any point leaves a data directory recovery accepts
 // (the snapshot, and a local journal that starts at or before it).
 import type { ProfileInterner } from '../actors/interner.ts';
+import { faultPoint } from '../config/fault-points.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
 import type { Journal, RemoteCommit } from '../journal/journal.ts';
@@ -161,16 +162,24 @@ export class NodeState implements ClusterHost {
       }
       if (stored !== bytes) throw new Error(`the snapshot in PostgreSQL has ${stored} bytes of chunks, not ${bytes}`);
       const complete: SnapshotMeta = { ...meta, completedAt: Date.now() };
-      await store.snapshots.put(id, complete);
+      // The copy of the records before the snapshot is owed from the moment the snapshot is
+      // complete (a restart then recovers from it): a marker in `meta` says which records, so
+      // that a copy cut short (PostgreSQL unreachable, a crash) is finished later (finishCopy)
+      // instead of leaving this node's journal without records a sink or a replayed key may
+      // need. Both in one transaction: with the marker written after, a crash between the two
+      // left a node that recovered from the snapshot, owed nothing, and could lead and deliver
+      // around the missing records. (The marker alone first would not do either: with the
+      // snapshot incomplete, recovery uses an older one, and the copy would leave a hole after it.)
+      await store.root.transaction(() => {
+        store.snapshots.putSync(id, complete);
+        store.meta.putSync(COPY_FROM_KEY, source.journalFrom);
+        store.meta.putSync(COPY_TO_KEY, seq);
+      });
       return complete;
     }, async () => {
+      faultPoint('join-snapshot-stored');
       // The local journal ends before the snapshot, and the cluster's journal no longer has
       // what follows it (or this node holds nothing): replace it, so it has no hole.
-      // The copy is owed until it is done: a marker in `meta` says which records, so that a copy
-      // cut short (PostgreSQL unreachable, a crash) is finished later (finishCopy) instead of
-      // leaving this node's journal without records a sink or a replayed key may need.
-      await store.meta.put(COPY_FROM_KEY, source.journalFrom);
-      await store.meta.put(COPY_TO_KEY, seq);
       try {
         await removeJournal(store);
         await this.copyRecordsBefore(source, source.journalFrom, seq);

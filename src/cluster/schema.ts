@@ -7,6 +7,8 @@ import type pg from 'pg';
 export const SCHEMA = 'intake_cluster';
 
 const DDL_LOCK_KEY = 0x696e74616b65; // "intake"
+/** The most the schema's statements wait for a lock (the DDL lock, or a table's). */
+const DDL_LOCK_TIMEOUT_MS = 10_000;
 
 const DDL = [
   `CREATE SCHEMA IF NOT EXISTS ${SCHEMA}`,
@@ -19,8 +21,16 @@ const DDL = [
      expires_at timestamptz NOT NULL)`,
   // The secret of the leader's internal endpoint for forwarded writes (forward-protocol.ts): a
   // new one with each takeover, read by the followers with the lease. Added to tables made
-  // before followers forwarded.
-  `ALTER TABLE ${SCHEMA}.lease ADD COLUMN IF NOT EXISTS forward_secret text`,
+  // before followers forwarded. Only when missing: ALTER TABLE takes an ACCESS EXCLUSIVE lock on
+  // the lease table even when the column exists (IF NOT EXISTS), until this transaction ends,
+  // and every node start and every `npm run keys` runs this: every renewal, lease read and
+  // takeover of every cluster of the database waited for it.
+  `DO $$ BEGIN
+     IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = '${SCHEMA}' AND table_name = 'lease' AND column_name = 'forward_secret') THEN
+       ALTER TABLE ${SCHEMA}.lease ADD COLUMN forward_secret text;
+     END IF;
+   END $$`,
   // The journal's head: the epoch allowed to commit and the last committed seq. Every commit is
   // a compare-and-set on this row; a takeover bumps its epoch in the same statement that takes
   // the lease. That row is what makes two leaders' commits impossible (cluster-journal.ts).
@@ -81,6 +91,9 @@ const DDL = [
 export async function ensureSchema(client: pg.Client): Promise<void> {
   await client.query('BEGIN');
   try {
+    // A lock this cannot get soon (a session stuck in a transaction that holds one) fails the
+    // statement instead of waiting for it without end; the caller tries again later.
+    await client.query(`SET LOCAL lock_timeout = '${DDL_LOCK_TIMEOUT_MS}ms'`);
     await client.query('SELECT pg_advisory_xact_lock($1)', [DDL_LOCK_KEY]);
     for (const statement of DDL) await client.query(statement);
     await client.query('COMMIT');

@@ -1,0 +1,31 @@
+// The cluster's schema in PostgreSQL (src/cluster/schema.ts), made or checked at every node start
+// and every `npm run keys`: on a schema that exists it must take no lock that the lease's own
+// statements conflict with, or a node starting (or a keys CLI stalled on a bad link) stalls every
+// renewal and takeover of every cluster in the database. The machine's PostgreSQL.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
+import { SHARED_POSTGRES_URL } from './helpers/sinks.ts';
+
+test('on a schema that exists, ensureSchema waits for no lock a transaction on the lease table holds', async () => {
+  const holder = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+  const starting = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+  await holder.connect();
+  await starting.connect();
+  try {
+    await ensureSchema(starting);
+    // As a lease read or renewal in its transaction holds it (any statement on the table does).
+    await holder.query('BEGIN');
+    await holder.query(`LOCK TABLE ${SCHEMA}.lease IN ACCESS SHARE MODE`);
+    await starting.query(`SET statement_timeout = '3s'`);
+    const startedAt = performance.now();
+    await ensureSchema(starting);
+    const tookMs = performance.now() - startedAt;
+    assert.ok(tookMs < 2_000, `ensureSchema took ${Math.round(tookMs)} ms`);
+  } finally {
+    await holder.query('ROLLBACK').catch(() => undefined);
+    await holder.end();
+    await starting.end();
+  }
+});
