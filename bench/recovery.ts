@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { launchDevices, productsInCollections, someDevices, trackEvents } from './lib/populate.ts';
 import { BENCH_KEY, startIntake, type RunningServer } from './lib/servers.ts';
 import { runBench } from './lib/report.ts';
+import { RECORDS_PER_ENTITY_WRITTEN } from '../src/journal/snapshot-schedule.ts';
 
 const devices = Number(process.argv[2] ?? 1_000_000);
 const events = Number(process.argv[3] ?? 5_000_000);
@@ -15,12 +16,12 @@ const PRODUCTS = 100_000;
 const COLLECTIONS = 1_000;
 /**
  * The longest journal tail a restart should meet with default settings: SNAPSHOT_EVERY_RECORDS
- * (500,000) or, if more, as many records as the last snapshot wrote entities (the devices,
+ * (500,000) or, if more, twice as many records as the last snapshot wrote entities (the devices,
  * products and collections here), journaled since the last complete snapshot, plus what arrives
  * while the next one is written (a paced 1M-device snapshot takes up to ~10 s; at 20,000
  * writes/s, 200,000 records).
  */
-const WORST_CASE_TAIL = Math.max(500_000, devices + PRODUCTS + COLLECTIONS) + 200_000;
+const WORST_CASE_TAIL = Math.max(500_000, RECORDS_PER_ENTITY_WRITTEN * (devices + PRODUCTS + COLLECTIONS)) + 200_000;
 
 function recoveryLog(server: RunningServer): Record<string, unknown> {
   return server.startupLogs.find((l) => String(l.msg).startsWith('recovered state'))!;

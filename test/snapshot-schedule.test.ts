@@ -1,6 +1,6 @@
-// When snapshots are taken by count: after SNAPSHOT_EVERY_RECORDS new records, or after as many
-// new records as the last snapshot wrote entities if that is more, so that a snapshot's cost per
-// record journaled does not grow with the state. The last snapshot's size is known after a
+// When snapshots are taken by count: after SNAPSHOT_EVERY_RECORDS new records, or after twice as
+// many new records as the last snapshot wrote entities if that is more, so that a snapshot's cost
+// per record journaled does not grow with the state. The last snapshot's size is known after a
 // restart too (read from its meta).
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,7 +22,7 @@ async function launchMany(server: TestServer, count: number): Promise<void> {
 }
 
 describe('snapshot schedule by count', () => {
-  test('a snapshot waits for as many records as the last one wrote entities, when that is more than SNAPSHOT_EVERY_RECORDS', async () => {
+  test('a snapshot waits for twice as many records as the last one wrote entities, when that is more than SNAPSHOT_EVERY_RECORDS', async () => {
     const dataDir = tempDataDir();
     // 100 devices, then a graceful stop: its snapshot writes all of them.
     const first = await startServer({ dataDir, env: { SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' } });
@@ -32,26 +32,28 @@ describe('snapshot schedule by count', () => {
 
     const server = await startServer({ dataDir, env: { SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '10' } });
     try {
-      // 60 records: past SNAPSHOT_EVERY_RECORDS, short of the 100 entities the last snapshot wrote.
-      await launchMany(server, 60);
+      // 110 records: past SNAPSHOT_EVERY_RECORDS and past the 100 entities the last snapshot
+      // wrote, short of twice as many.
+      await launchMany(server, 110);
       await sleep(2500); // the schedule looks once a second
-      assert.deepEqual(snapshotLogs(server, 'snapshot started'), [], 'no snapshot after 60 records when the last one wrote 100 entities');
+      assert.deepEqual(snapshotLogs(server, 'snapshot started'), [], 'no snapshot after 110 records when the last one wrote 100 entities');
 
-      // 50 more: 110 since the last snapshot.
-      await launchMany(server, 50);
+      // 100 more: 210 since the last snapshot.
+      await launchMany(server, 100);
       const deadline = Date.now() + 5000;
       while (snapshotLogs(server, 'snapshot written').length === 0 && Date.now() < deadline) await sleep(100);
       const written = snapshotLogs(server, 'snapshot written');
-      assert.equal(written.length, 1, 'one snapshot once 100 records came after a snapshot of 100 entities');
-      // Due at the 100th record; the schedule looks once a second, so it may start before the
+      assert.equal(written.length, 1, 'one snapshot once 200 records came after a snapshot of 100 entities');
+      // Due at the 200th record; the schedule looks once a second, so it may start before the
       // last of the 10 launches sent together have their records.
       const devices = written[0]!.devices!;
-      assert.ok(devices >= 200 && devices <= 210, `the snapshot wrote ${devices} devices`);
+      assert.ok(devices >= 300 && devices <= 310, `the snapshot wrote ${devices} devices`);
 
-      // The next is due after as many records as this one wrote entities (200 or more), not 10.
-      await launchMany(server, 50);
+      // The next is due after twice as many records as this one wrote entities (600 or more):
+      // not after 10, nor after 400 (as many as it wrote, and then some).
+      await launchMany(server, 400);
       await sleep(2500);
-      assert.equal(snapshotLogs(server, 'snapshot started').length, 1, `no snapshot 50 records after one of ${devices} entities`);
+      assert.equal(snapshotLogs(server, 'snapshot started').length, 1, `no snapshot 400 records after one of ${devices} entities`);
     } finally {
       await server.stop();
     }
