@@ -186,24 +186,34 @@ describe('intake/client', () => {
     await c.close();
   });
 
-  test('a batch over the server\'s body limit (413) is halved until it fits; one write alone over it rejects with 413', async () => {
-    const small = await start({ BATCH_BODY_LIMIT_BYTES: '16384' });
+  test('a batch over the server\'s body limit (413) is halved until it fits; one write alone over it goes to its own endpoint (a mapping may be bigger than a batch); over that one too, it rejects with 413', async () => {
+    const small = await start({ BATCH_BODY_LIMIT_BYTES: '16384', BODY_LIMIT_BYTES: '32768' });
     const proxy = await proxyTo(small);
     const c = client(proxy.url, { flushIntervalMs: 60_000, maxBatchItems: 1000, gzipThresholdBytes: Infinity });
     const description = 'x'.repeat(900);
     const writes = Array.from({ length: 64 }, (_, i) => c.upsertProduct({ id: `big-${i}`, name: 'n', description }));
     const tooBig = c.upsertProduct({ id: 'too-big', name: 'n', description: 'y'.repeat(2000), vendor: 'v'.repeat(1000), image: 'i'.repeat(1000), url: 'u'.repeat(1000) });
+    // 2,000 product ids (the 64 above, repeated: the server drops repeats): about 18 KB, over
+    // the batch limit even alone, under the mapping endpoint's 16 MiB.
+    const collection = c.upsertCollection({ id: 'wide', name: 'Wide' });
+    const mapping = c.addProductsToCollection('wide', Array.from({ length: 2000 }, (_, i) => `big-${i % 64}`));
     const huge = client(proxy.url, { flushIntervalMs: 60_000 });
+    // About 56 KB: over the batch limit, and over its own endpoint's BODY_LIMIT_BYTES too.
     const alone = outcome(huge.trackEvent({ did: 'd', name: 'e', timestamp: T0, info: Array.from({ length: 256 }, (_, i) => ({ name: `a${i}`.padEnd(100, 'z'), value: 'v'.repeat(100), type: 'string' as const })) }));
     await Promise.all([c.close(), huge.close()]);
     for (const w of writes) assert.deepEqual(await w, { success: true });
     assert.deepEqual(await tooBig, { success: true }, 'fits once split small enough');
+    assert.deepEqual(await collection, { success: true });
+    assert.deepEqual(await mapping, { success: true }, 'the mapping went alone to its endpoint');
     const refused = rejection(await alone);
     assert.ok(refused instanceof IntakeRequestError && refused.status === 413, String(refused));
-    const statuses = proxy.seen.map((r) => r.upstreamStatus);
-    assert.ok(statuses.filter((s) => s === 413).length >= 3, `split after 413s: ${statuses.join(',')}`);
+    const seen = proxy.seen.map((r) => `${r.path} ${r.upstreamStatus}`);
+    assert.ok(seen.filter((x) => x === '/batch 413').length >= 3, `split after 413s: ${seen.join(',')}`);
+    assert.ok(seen.includes('/collection/wide/products/add 200'), `the mapping alone: ${seen.join(',')}`);
+    assert.ok(seen.includes('/msv_cevt 413'), `the track event alone: ${seen.join(',')}`);
     const upserts = exportLines(small.dataDir, 'events', '--kind', 'product_upsert');
     assert.equal(upserts.length, 65, 'every write once, none twice');
+    assert.equal(exportLines(small.dataDir, 'events', '--kind', 'collection_products_add').length, 1, 'the mapping once');
   });
 
   test('a batch of more items than the key\'s rate-limit burst is cut to the burst (429); one over BATCH_MAX_ITEMS is halved (422): every write lands once', async () => {

@@ -7,6 +7,7 @@ import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, Intake
 import type { ResolvedOptions } from './options.ts';
 import { isRetryableStatus, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
 import { attempt, prepareBody, type PreparedBody } from './transport.ts';
+import { itemBodyJson } from './item-json.ts';
 import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
 
 export const BATCH_PATH = '/batch';
@@ -77,16 +78,32 @@ export function burstOf(body: unknown): number | null {
   return Number.isSafeInteger(burst) && burst >= 1 ? burst : null;
 }
 
-/** The body of a batch and its batch-level Idempotency-Key: a new key whenever the items change (a key names one exact body). */
+/**
+ * What one attempt sends. A batch: its body and its batch-level Idempotency-Key, a new key
+ * whenever the items change (a key names one exact body). Or one write `alone` to its own
+ * endpoint, with its own key and its own body (null: none, a DELETE).
+ */
 interface Envelope {
   writes: QueuedWrite[];
-  body: PreparedBody;
+  body: PreparedBody | null;
   batchKey: string;
+  alone: boolean;
 }
 
 async function envelope(writes: QueuedWrite[], options: ResolvedOptions): Promise<Envelope> {
   const json = `{"requests":[${writes.map((w) => w.json).join(',')}]}`;
-  return { writes, body: await prepareBody(json, options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}` };
+  return { writes, body: await prepareBody(json, options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}`, alone: false };
+}
+
+/**
+ * One write sent alone to its own endpoint, when even alone it is over the batch body limit
+ * (BATCH_BODY_LIMIT_BYTES, 4 MiB by default): its endpoint may take more (a mapping, 16 MiB).
+ * Its Idempotency-Key is the one it had in the batches: the server recognises a write retried
+ * alone after a batch that applied it.
+ */
+async function loneEnvelope(write: QueuedWrite, options: ResolvedOptions): Promise<Envelope> {
+  const json = itemBodyJson(write);
+  return { writes: [write], body: json === null ? null : await prepareBody(json, options.gzipThresholdBytes), batchKey: write.idempotencyKey, alone: true };
 }
 
 /** The queue's limit on batches in flight: a batch holds a slot from its first attempt until it is settled. */
@@ -146,9 +163,10 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
   let lastStatus: number | null = null;
   for (;;) {
     const remainingMs = deadlineAtMs - Date.now();
+    const lone = current.alone ? current.writes[0]! : null;
     const outcome = await attempt({
-      url: options.url + BATCH_PATH,
-      method: 'POST',
+      url: options.url + (lone === null ? BATCH_PATH : lone.path),
+      method: lone === null ? 'POST' : lone.method,
       serviceKey: options.serviceKey,
       body: current.body,
       idempotencyKey: current.batchKey,
@@ -160,6 +178,9 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
     let retryAfterMs: number | null = null;
     if (outcome.kind === 'network') {
       retryError = outcome.error;
+    } else if (outcome.status === 200 && lone !== null) {
+      settleFinal(lone, 200, outcome.body);
+      return null;
     } else if (outcome.status === 200) {
       const results = readResults(outcome.body, current.writes.length);
       if (results === null) {
@@ -178,6 +199,9 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       });
       if (again.length === 0) return null;
       current = await envelope(again, options);
+    } else if (outcome.status === 413 && current.writes.length === 1 && !current.alone) {
+      current = await loneEnvelope(current.writes[0]!, options);
+      continue;
     } else if ((outcome.status === 413 || outcome.status === 422) && current.writes.length > 1) {
       // Too large for the server: its body limit (413), or its BATCH_MAX_ITEMS (a 422 of the
       // envelope; the envelope the client makes is otherwise always valid). Halves, until a
@@ -192,7 +216,8 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       retryStatus = outcome.status;
       retryAfterMs = parseRetryAfterMs(outcome.headers.get('retry-after'));
     } else {
-      // A final answer for the whole batch (401, 415, 400, a 413 or 422 of one write alone, a 404 from a server without /batch): every write gets it.
+      // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
+      // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }

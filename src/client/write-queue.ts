@@ -4,19 +4,8 @@
 import { ClientClosedError, QueueFullError } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
 import { sendBatch, type BatchSlots, type QueuedWrite } from './batch-sender.ts';
+import { itemJson } from './item-json.ts';
 import type { WriteMethod } from './types.ts';
-
-/**
- * The write's batch item as JSON, made once when it is queued: the same text JSON.stringify of
- * { method, path, body, idempotencyKey } gives (a body that serializes to nothing is left out, as
- * there), without building that wrapper object per write.
- */
-function itemJson(method: WriteMethod, path: string, body: unknown, idempotencyKey: string): string {
-  const head = `{"method":"${method}","path":${JSON.stringify(path)}`;
-  const bodyJson = body === undefined ? undefined : (JSON.stringify(body) as string | undefined);
-  const key = `"idempotencyKey":${JSON.stringify(idempotencyKey)}}`;
-  return bodyJson === undefined ? `${head},${key}` : `${head},"body":${bodyJson},${key}`;
-}
 
 /**
  * A held write: one object per write, keeping its promise's own resolve and reject (no closures
