@@ -177,4 +177,37 @@ describe('restart on the same data directory', () => {
       await second.stop();
     }
   });
+  test('strings with an unpaired UTF-16 surrogate (a JSON escape such as \\ud800) hold in memory what the journal holds: U+FFFD, before and after a restart', async () => {
+    const dataDir = tempDataDir();
+    const server = await startServer({ dataDir });
+    const ok = async (p: Promise<{ status: number; text: string }>): Promise<void> => {
+      const res = await p;
+      assert.equal(res.status, 200, res.text);
+    };
+    // Two ids that differ only in an unpaired surrogate: UTF-8 cannot hold either, so both are
+    // one product, "a\ufffd", from the first write on (it used to be two in memory and one
+    // after a restart, under the last write's name).
+    let before: Array<Record<string, unknown>>;
+    try {
+      await ok(server.post('/product', { id: 'a\ud800', name: 'first' }));
+      await ok(server.post('/product', { id: 'a\ud801', name: 'second' }));
+      await ok(server.post('/collection', { id: 'c\udc00', name: 'C' }));
+      await ok(server.post('/collection/c\ufffd/products/add', { products: ['a\ufffd'] }));
+      before = exportLines(dataDir, 'products').filter((p) => String(p.id).startsWith('a'));
+    } finally {
+      await server.kill();
+    }
+    const again = await startServer({ dataDir });
+    try {
+      const after = exportLines(dataDir, 'products').filter((p) => String(p.id).startsWith('a'));
+      assert.deepEqual(after, before);
+      assert.deepEqual(after.map((p) => [p.id, p.name]), [['a\ufffd', 'second']]);
+      // The restarted server knows the same ids, whichever way a client writes them.
+      assert.equal((await again.post('/collection/c\ud801/products/add', { products: ['a\ud800'] })).status, 200);
+      assert.equal((await again.post('/collection/c\ufffd/products/add', { products: ['a\ufffe'] })).status, 422);
+      assert.deepEqual(exportLines(dataDir, 'collections').map((c) => [c.id, c.products]), [['c\ufffd', ['a\ufffd']]]);
+    } finally {
+      await again.kill();
+    }
+  });
 });

@@ -23,7 +23,8 @@
 // position it reads is final; the position row never moves backwards either.
 //
 // PostgreSQL cannot store U+0000 in text or jsonb, nor an unpaired UTF-16 surrogate in jsonb;
-// JSON allows both. Such characters become U+FFFD in this sink (NATS gets the exact line). Rows
+// JSON allows both. U+0000 becomes U+FFFD in this sink (NATS gets the exact line); an unpaired
+// surrogate never gets here (bodies are made well-formed as they are parsed: http/body.ts). Rows
 // are inserted in seq order within a batch (jsonb_array_elements keeps the array's order).
 import { createHash } from 'node:crypto';
 import type pg from 'pg';

@@ -44,13 +44,60 @@ export function inflateBody(bytes: Buffer, encoding: Encoding, limitBytes: numbe
   }
 }
 
+/**
+ * A JSON escape of a UTF-16 surrogate (\uD800 to \uDFFF): only a body holding one can parse to a
+ * string with an unpaired surrogate (raw UTF-8 bytes cannot encode one; invalid bytes decode to
+ * U+FFFD). UTF-8 cannot hold an unpaired surrogate either: the journal, exports and sinks would
+ * store U+FFFD in its place, and after a restart the state would differ from the one the
+ * acknowledged writes made (two product ids differing only there became one). So such strings,
+ * keys included, become well-formed (each unpaired surrogate U+FFFD) as they are parsed, here
+ * and wherever a thread parses a body's text again (parseJson): memory holds what the journal holds.
+ */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+
+interface WellFormedString {
+  isWellFormed(): boolean;
+  toWellFormed(): string;
+}
+
+function wellFormedString(text: string): string {
+  const s = text as unknown as WellFormedString;
+  return s.isWellFormed() ? text : s.toWellFormed();
+}
+
+function wellFormed(value: unknown): unknown {
+  if (typeof value === 'string') return wellFormedString(value);
+  if (typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = wellFormed(value[i]);
+    return value;
+  }
+  const object = value as Record<string, unknown>;
+  const keys = Object.keys(object);
+  if (keys.every((key) => wellFormedString(key) === key)) {
+    for (const key of keys) object[key] = wellFormed(object[key]);
+    return object;
+  }
+  // A key to rename: a new object, the keys in their order (defined, so that a key named
+  // "__proto__" stays a key).
+  const renamed: Record<string, unknown> = {};
+  for (const key of keys) Object.defineProperty(renamed, wellFormedString(key), { value: wellFormed(object[key]), enumerable: true, writable: true, configurable: true });
+  return renamed;
+}
+
+/** JSON.parse of a request body's text, every string well-formed (see SURROGATE_ESCAPE). */
+export function parseJson(text: string): unknown {
+  const value: unknown = JSON.parse(text);
+  return SURROGATE_ESCAPE.test(text) ? wellFormed(value) : value;
+}
+
 /** Parses a body that must be a JSON object. */
 export function parseJsonObject(raw: Buffer): DecodeResult {
   if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
   let parsed: unknown;
   const text = raw.toString('utf8');
   try {
-    parsed = JSON.parse(text);
+    parsed = parseJson(text);
   } catch {
     return { ok: false, error: 'malformed', message: 'request body is not valid JSON' };
   }

@@ -4,7 +4,7 @@
 // known (a 200 once durable), for the sender to send on.
 import type { Workspaces } from '../actors/workspace.ts';
 import type { Answer, Command } from '../handoff/frames.ts';
-import { bodyLimitBytes } from '../http/body.ts';
+import { bodyLimitBytes, parseJson } from '../http/body.ts';
 import type { WriteRoute } from '../http/pending-request.ts';
 import type { WriteGate } from '../http/write-gate.ts';
 import type { Settings } from '../config/settings.ts';
@@ -40,14 +40,14 @@ export class CommandExecutor implements CommandSink {
     try {
       switch (command.kind) {
         case 'json':
-          return route.apply(request, JSON.parse(command.text) as Record<string, unknown>);
+          return route.apply(request, parseJson(command.text) as Record<string, unknown>);
         case 'none':
           return route.apply(request, null);
         case 'bytes': {
           const raw = Buffer.from(command.bytes!.buffer, command.bytes!.byteOffset, command.bytes!.byteLength);
           request.rawBody = raw;
           try {
-            return route.apply(request, JSON.parse(raw.toString('utf8')) as Record<string, unknown>);
+            return route.apply(request, parseJson(raw.toString('utf8')) as Record<string, unknown>);
           } finally {
             request.rawBody = null;
           }
