@@ -296,6 +296,10 @@ async function main(): Promise<void> {
       log,
     });
     auth.keysChanged = (keys) => threads.keysChanged(keys);
+    // Each edge got the keys as they were when it started; a change the key poll read while the
+    // edges were starting went to no one (keysChanged was not set yet), and the edges kept a
+    // revoked key, or refused a new one, until the next change. The keys as they are now, once.
+    threads.keysChanged(auth.storedKeys);
     server = threads;
   } else {
     metrics.watchHttpThreads(() => 1);

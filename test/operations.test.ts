@@ -181,6 +181,13 @@ describe('settings', () => {
       assert.match(res.stderr, /^intake: /);
     }
     assert.equal(run([], { PORT: '99999' }).status, 2);
+    // A body is parsed from one string: no limit may allow one longer than V8 can make (a body
+    // over it ended the process, uncaught, on any thread).
+    for (const name of ['BATCH_BODY_LIMIT_BYTES', 'MAPPING_BODY_LIMIT_BYTES']) {
+      const res = run([], { [name]: String(1024 * 1024 * 1024) });
+      assert.equal(res.status, 2, name);
+      assert.match(res.stderr, new RegExp(`${name}: 1073741824 is outside`));
+    }
   });
 
   test('a flag wins over its environment variable', async () => {

@@ -1,5 +1,6 @@
 // One table of settings: each is an environment variable with a matching `--flag`.
 // A flag wins over the environment, the environment over the default.
+import { constants as bufferConstants } from 'node:buffer';
 import { availableParallelism } from 'node:os';
 
 export interface Settings {
@@ -69,6 +70,9 @@ interface SettingSpec {
 }
 
 const MiB = 1024 * 1024;
+/** The largest body a limit may allow: a body is parsed from one string, and V8 cannot make a
+ * longer one (about 512 MiB; beyond it the conversion threw, uncaught, and ended the process). */
+const MAX_BODY_BYTES = bufferConstants.MAX_STRING_LENGTH;
 
 export const SETTINGS: readonly SettingSpec[] = [
   { key: 'host', env: 'HOST', flag: '--host', kind: 'string', defaultValue: '0.0.0.0', description: 'address to listen on' },
@@ -76,10 +80,10 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'dataDir', env: 'DATA_DIR', flag: '--data-dir', kind: 'string', defaultValue: './data', description: 'directory of the LMDB journal and key store' },
   { key: 'serviceKeys', env: 'SERVICE_KEYS', flag: '--service-keys', kind: 'string', defaultValue: '', description: 'keys valid while set: "ws1:key1,ws2:key2" (a bare key belongs to workspace "default")' },
   { key: 'bodyLimitBytes', env: 'BODY_LIMIT_BYTES', flag: '--body-limit-bytes', kind: 'integer', defaultValue: 1 * MiB, min: 1024, max: 256 * MiB, description: 'request body limit of every endpoint but the two mapping ones (inflated size too)' },
-  { key: 'mappingBodyLimitBytes', env: 'MAPPING_BODY_LIMIT_BYTES', flag: '--mapping-body-limit-bytes', kind: 'integer', defaultValue: 16 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of the mapping endpoints (inflated size too)' },
+  { key: 'mappingBodyLimitBytes', env: 'MAPPING_BODY_LIMIT_BYTES', flag: '--mapping-body-limit-bytes', kind: 'integer', defaultValue: 16 * MiB, min: 1024, max: MAX_BODY_BYTES, description: 'request body limit of the mapping endpoints (inflated size too)' },
   { key: 'mappingMaxItems', env: 'MAPPING_MAX_ITEMS', flag: '--mapping-max-items', kind: 'integer', defaultValue: 100_000, min: 1, max: 10_000_000, description: 'most product ids in one mapping request' },
   { key: 'batchMaxItems', env: 'BATCH_MAX_ITEMS', flag: '--batch-max-items', kind: 'integer', defaultValue: 1000, min: 1, max: 100_000, description: 'most items (writes) in one POST /batch; more is 422 array.max on requests' },
-  { key: 'batchBodyLimitBytes', env: 'BATCH_BODY_LIMIT_BYTES', flag: '--batch-body-limit-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: 1024 * MiB, description: 'request body limit of POST /batch (inflated size too); each item is also held to the limit of its own endpoint' },
+  { key: 'batchBodyLimitBytes', env: 'BATCH_BODY_LIMIT_BYTES', flag: '--batch-body-limit-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: MAX_BODY_BYTES, description: 'request body limit of POST /batch (inflated size too); each item is also held to the limit of its own endpoint' },
   { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
   { key: 'journalMaxCommitsInFlight', env: 'JOURNAL_MAX_COMMITS_IN_FLIGHT', flag: '--journal-max-commits-in-flight', kind: 'integer', defaultValue: 1, min: 1, max: 64, description: 'journal batches handed to LMDB and not yet durable; while that many are, the open batch keeps growing' },
   { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },

@@ -95,7 +95,13 @@ export function parseJson(text: string): unknown {
 export function parseJsonObject(raw: Buffer): DecodeResult {
   if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
   let parsed: unknown;
-  const text = raw.toString('utf8');
+  let text: string;
+  try {
+    text = raw.toString('utf8');
+  } catch {
+    // Longer than V8's longest string: the limits stop far below (MAX_BODY_BYTES, settings.ts).
+    return { ok: false, error: 'tooLarge', message: 'request body is larger than this server can parse' };
+  }
   try {
     parsed = parseJson(text);
   } catch {
