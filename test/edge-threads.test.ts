@@ -7,8 +7,12 @@
 // HTTP_THREADS=2 in `npm test` (package.json, README "Development").
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { exportLines, KEY_A, LAUNCH_INFO, startServer, type TestServer } from './helpers/server.ts';
+import { until } from './helpers/wait.ts';
 
 const THREADS = { HTTP_THREADS: '2' };
 
@@ -104,5 +108,20 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.ok(Date.now() - startedAt < 3000, `stopped in ${Date.now() - startedAt} ms`);
     assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
     agent.destroy();
+  });
+  test('an edge thread that throws, uncaught (a stand-in for a bug), ends alone: another takes its place, the server serves on and stops with exit 0', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    // The first edge to listen throws once (config/fault-points.ts). Ending with its uWS sockets
+    // open used to abort the whole process (uv_loop_close() with open handles).
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: `edge-listening:${marker}` } });
+    servers.push(server);
+    await until('the failed edge to be replaced', async () => (server.logs().some((l) => l.includes('an edge thread ended; starting another')) ? true : null), 10_000);
+    assert.ok(existsSync(marker), 'the fault fired');
+    assert.ok(server.logs().some((l) => l.includes('an edge thread failed: closing its connections')), server.logs().slice(-10).join('\n'));
+    await until('both edges listening again', async () => (metric((await server.request('/metrics')).text, 'intake_http_threads ') === 2 ? true : null), 10_000);
+    const statuses = await Promise.all(Array.from({ length: 40 }, (_, i) => postAlone(server.port, '/product', { id: `after-${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    assert.equal(await server.stop(), 0, server.stderr());
+    assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
   });
 });

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Authenticator } from '../auth/authenticator.ts';
 import { parseServiceKeys } from '../auth/key-store.ts';
+import { throwPointOnce } from '../config/fault-points.ts';
 import { parseSettings } from '../config/settings.ts';
 import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff/thread-messages.ts';
 import { buildBatchRoute } from '../http/batch.ts';
@@ -25,6 +26,8 @@ import { forwardLimitBytes } from '../cluster/forward-protocol.ts';
 
 /** A question to the state thread (/metrics, /cluster) waits at most this long. */
 const ASK_TIMEOUT_MS = 5_000;
+/** A failed thread's loop should end once its sockets are closed; if something else holds it, it is ended after this. */
+const FAILED_EXIT_MS = 1_000;
 
 async function run(): Promise<void> {
   const port = parentPort!;
@@ -98,6 +101,22 @@ async function run(): Promise<void> {
     return;
   }
 
+  // A bug that throws here, uncaught, must end this thread only: the state thread starts another
+  // in its place (edge-threads.ts). Left to Node, the thread ended with its uWS sockets open,
+  // which aborts the whole process (uv_loop_close() with open handles). So: close them, then end.
+  let failed = false;
+  const fail = (error: unknown): void => {
+    if (failed) return;
+    failed = true;
+    log.error({ err: error }, 'an edge thread failed: closing its connections and ending it (another takes its place)');
+    void server.close().then(() => {
+      port.close();
+      setTimeout(() => process.exit(1), FAILED_EXIT_MS).unref();
+    });
+  };
+  process.on('uncaughtException', fail);
+  process.on('unhandledRejection', fail);
+
   port.on('message', (message: StateMessage) => {
     switch (message.t) {
       case 'answers':
@@ -137,6 +156,7 @@ async function run(): Promise<void> {
     }
   });
   post({ t: 'listening', port: server.port });
+  throwPointOnce('edge-listening');
 }
 
 run().catch((error: unknown) => {
