@@ -3,8 +3,9 @@
 // that put's promise resolves, which with lmdb-js's defaults means after the commit is fsync'd.
 // At most `maxInFlight` batches are handed to lmdb-js at once (default 1: each commit is an
 // fsync plus lmdb-js bookkeeping on this thread, and measured per request that costs more CPU
-// than overlapping commits saves in latency); meanwhile the open batch grows. A crash leaves a
-// prefix of whole batches: never half a write.
+// than overlapping commits saves in latency); meanwhile the open batch grows, and a batch that
+// fills (`maxBatchRecords`) waits, closed, for its turn. A crash leaves a prefix of whole
+// batches: never half a write.
 //
 // After a failed commit the journal is done (issue 17): append() stores nothing more, and no
 // batch is acknowledged after the failed one, even one LMDB did commit. A batch handed to LMDB
@@ -108,6 +109,12 @@ export class Journal {
    * batches LMDB has not answered for yet are kept (drain() waits for them).
    */
   private readonly inFlight: Batch[] = [];
+  /**
+   * Batches that filled (maxBatchRecords) while maxInFlight batches were in LMDB, oldest first:
+   * each goes when a commit settles, before the open batch. Before, a full batch went to lmdb-js
+   * at once whatever was in flight, and a stalled disk let any number queue there.
+   */
+  private readonly full: Batch[] = [];
   private flushScheduled = false;
   private failure: Error | null = null;
   private idleWaiters: Array<() => void> = [];
@@ -248,7 +255,7 @@ export class Journal {
     this.term++;
     const open = this.current;
     this.current = null;
-    const pending = this.inFlight.splice(0);
+    const pending = [...this.inFlight.splice(0), ...this.full.splice(0)];
     const lost = this.failure !== null || open !== null || pending.length > 0;
     const failure = this.failure ?? reason;
     for (const batch of pending) this.answer(batch, failure);
@@ -268,6 +275,7 @@ export class Journal {
     this.failure = null;
     this.current = null;
     this.inFlight.length = 0;
+    this.full.length = 0;
     this.nextSeq = lastSeq + 1;
     this.durable = lastSeq;
     this.lastRead = null;
@@ -326,7 +334,11 @@ export class Journal {
     batch.records.push(record);
     batch.waiters.push(waiter);
     const seq = this.nextSeq++;
-    if (batch.records.length >= this.maxBatchRecords) this.closeBatch();
+    if (batch.records.length >= this.maxBatchRecords) {
+      this.current = null;
+      this.full.push(batch);
+      if (this.inFlight.length < this.maxInFlight) this.closeBatch();
+    }
     return seq;
   }
 
@@ -361,7 +373,7 @@ export class Journal {
       waiter.failed(failure);
       return true;
     }
-    const batch = this.current ?? this.inFlight[this.inFlight.length - 1];
+    const batch = this.current ?? this.full[this.full.length - 1] ?? this.inFlight[this.inFlight.length - 1];
     if (batch === undefined) return false;
     batch.waiters.push(waiter);
     return true;
@@ -391,10 +403,11 @@ export class Journal {
     if (this.inFlight.length < this.maxInFlight) this.closeBatch();
   }
 
+  /** Hands the oldest waiting batch to LMDB: a full one if any waits, else the open one. */
   private closeBatch(): void {
-    const batch = this.current;
+    const batch = this.full.shift() ?? this.current;
     if (batch === null) return;
-    this.current = null;
+    if (batch === this.current) this.current = null;
     // The batch handed to LMDB just before this one, if LMDB has not answered for it yet.
     const previous = this.inFlight[this.inFlight.length - 1];
     this.inFlight.push(batch);
@@ -506,11 +519,14 @@ export class Journal {
         this.answer(pending, failure);
         if (pending.settled) this.inFlight.splice(i, 1);
       }
+      for (const waiting of this.full.splice(0)) this.answer(waiting, failure);
       const open = this.current;
       this.current = null;
       if (open !== null) this.answer(open, failure);
-    } else if (this.current !== null && this.inFlight.length < this.maxInFlight) this.closeBatch();
-    if (this.current === null && this.inFlight.length === 0) {
+    } else {
+      while ((this.full.length > 0 || this.current !== null) && this.inFlight.length < this.maxInFlight) this.closeBatch();
+    }
+    if (this.current === null && this.inFlight.length === 0 && this.full.length === 0) {
       if (failure === null) this.armIdleMarker();
       const idle = this.idleWaiters;
       this.idleWaiters = [];
@@ -534,7 +550,7 @@ export class Journal {
 
   /** Resolves when every appended record has been committed or has failed. */
   drain(): Promise<void> {
-    if (this.current === null && this.inFlight.length === 0) return Promise.resolve();
+    if (this.current === null && this.inFlight.length === 0 && this.full.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
