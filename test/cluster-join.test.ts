@@ -86,6 +86,25 @@ async function writeEveryKind(node: TestNode, tag: string): Promise<void> {
   ok(await node.post(`/collection/c-${tag}/products/add`, { products: [`p-${tag}`] }));
 }
 
+/**
+ * A leader whose snapshot in PostgreSQL owes a joining node a copy of the records before it: a
+ * keyed app launch (its record must be kept) between two rounds of every kind of write, older
+ * than the retention of 1 s, then a snapshot stored. Returns the leader, the keyed record's seq
+ * (where the copy starts) and the snapshot's seq.
+ */
+async function leaderWithOwedCopy(c: TestCluster, tag: string): Promise<{ a: TestNode; firstKeyed: number; snapshotSeq: number }> {
+  const a = await c.add();
+  await c.leader();
+  await writeEveryKind(a, `${tag}0`);
+  const firstKeyed = (await a.status()).appliedSeq + 1;
+  const keyed = await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': `${tag}-keyed` } });
+  assert.equal(keyed.status, 200);
+  await writeEveryKind(a, `${tag}1`);
+  await sleep(1_100);
+  const snapshotSeq = await snapshotAndUpload(a);
+  return { a, firstKeyed, snapshotSeq };
+}
+
 const STATE = ['devices', 'customers', 'products', 'collections'];
 
 async function caughtUp(node: TestNode, leader: TestNode): Promise<void> {
@@ -282,15 +301,7 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
 
   test('a join whose copy of the records before the snapshot was cut short finishes it at the next start, before the node may lead', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
-    const a = await c.add();
-    await c.leader();
-    await writeEveryKind(a, 'c0');
-    const firstKeyed = (await a.status()).appliedSeq + 1;
-    const keyed = await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'cut-1' } });
-    assert.equal(keyed.status, 200);
-    await writeEveryKind(a, 'c1');
-    await sleep(1_100);
-    const snapshotSeq = await snapshotAndUpload(a);
+    const { a, firstKeyed, snapshotSeq } = await leaderWithOwedCopy(c, 'c');
     const joined = await c.add();
     await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
     await caughtUp(joined, a);
@@ -319,15 +330,7 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
   });
   test('a crash right after a join stored its snapshot: the copy of the records before it is still owed, and finished at the next start', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
-    const a = await c.add();
-    await c.leader();
-    await writeEveryKind(a, 'k0');
-    const firstKeyed = (await a.status()).appliedSeq + 1;
-    const keyed = await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'crash-1' } });
-    assert.equal(keyed.status, 200);
-    await writeEveryKind(a, 'k1');
-    await sleep(1_100);
-    await snapshotAndUpload(a);
+    const { a, firstKeyed } = await leaderWithOwedCopy(c, 'k');
     // The joining node SIGKILLs itself once the snapshot is stored (complete) and before its
     // journal is touched: the moment a power cut could hit. The snapshot's meta and the marker
     // of the copy owed were two writes, and a crash between them lost the marker.
@@ -341,14 +344,7 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
   });
   test('a node whose copy of the records before its snapshot cannot finish still reads the lease: it knows the leader and forwards writes to it', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
-    const a = await c.add();
-    await c.leader();
-    await writeEveryKind(a, 'q0');
-    const firstKeyed = (await a.status()).appliedSeq + 1;
-    assert.equal((await a.request('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO }, { headers: { 'idempotency-key': 'pending-1' } })).status, 200);
-    await writeEveryKind(a, 'q1');
-    await sleep(1_100);
-    const snapshotSeq = await snapshotAndUpload(a);
+    const { a, firstKeyed, snapshotSeq } = await leaderWithOwedCopy(c, 'q');
     const joined = await c.add();
     await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
     await caughtUp(joined, a);

@@ -207,7 +207,7 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       // envelope; the envelope the client makes is otherwise always valid). Halves, until a
       // write alone gets the answer as its own.
       return halves(current.writes);
-    } else if (outcome.status === 429 && current.writes.length > 1 && burstOf(outcome.body) !== null && current.writes.length > burstOf(outcome.body)!) {
+    } else if (outcome.status === 429 && current.writes.length > (burstOf(outcome.body) ?? Infinity)) {
       // More items than the key's rate-limit burst: such a batch can never pass (it needs a token
       // per item), however long it waits. Groups of at most the burst, each then rate limited
       // as any batch.
