@@ -19,7 +19,11 @@ export function throwPointOnce(name: string): void {
   if (!throwOnce.startsWith(`${name}:`)) return;
   const marker = throwOnce.slice(name.length + 1);
   if (existsSync(marker)) return;
-  writeFileSync(marker, '', { flag: 'wx' });
+  try {
+    writeFileSync(marker, '', { flag: 'wx' });
+  } catch {
+    return; // another thread reached it first, between the check and the create
+  }
   setImmediate(() => {
     throw new Error(`test fault: ${name}`);
   });
