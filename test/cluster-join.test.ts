@@ -105,6 +105,15 @@ async function leaderWithOwedCopy(c: TestCluster, tag: string): Promise<{ a: Tes
   return { a, firstKeyed, snapshotSeq };
 }
 
+/** A node that joins through the stored snapshot, catches up with `leader`, then stops (exit 0). */
+async function joinedThenStopped(c: TestCluster, leader: TestNode): Promise<TestNode> {
+  const joined = await c.add();
+  await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
+  await caughtUp(joined, leader);
+  assert.equal(await joined.stop(), 0);
+  return joined;
+}
+
 const STATE = ['devices', 'customers', 'products', 'collections'];
 
 async function caughtUp(node: TestNode, leader: TestNode): Promise<void> {
@@ -302,12 +311,9 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
   test('a join whose copy of the records before the snapshot was cut short finishes it at the next start, before the node may lead', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
     const { a, firstKeyed, snapshotSeq } = await leaderWithOwedCopy(c, 'c');
-    const joined = await c.add();
-    await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
-    await caughtUp(joined, a);
+    const joined = await joinedThenStopped(c, a);
     const whole = exportLines<{ seq: number }>(joined.dataDir, 'events');
     assert.equal(whole[0]!.seq, firstKeyed);
-    assert.equal(await joined.stop(), 0);
     // As a crash in the middle of the copy leaves it: the marker set, the records before the
     // snapshot only partly there.
     const store = openStore(joined.dataDir);
@@ -328,6 +334,7 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     assert.equal(store2.meta.get('joinCopyFrom'), undefined, 'the marker is gone once the copy is done');
     await store2.close();
   });
+
   test('a crash right after a join stored its snapshot: the copy of the records before it is still owed, and finished at the next start', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
     const { a, firstKeyed } = await leaderWithOwedCopy(c, 'k');
@@ -342,13 +349,11 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(a.dataDir, 'events').filter((e) => e.seq >= firstKeyed), 'the records before the snapshot are there');
     assertSameState(again, a);
   });
+
   test('a node whose copy of the records before its snapshot cannot finish still reads the lease: it knows the leader and forwards writes to it', async () => {
     const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
     const { a, firstKeyed, snapshotSeq } = await leaderWithOwedCopy(c, 'q');
-    const joined = await c.add();
-    await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
-    await caughtUp(joined, a);
-    assert.equal(await joined.stop(), 0);
+    const joined = await joinedThenStopped(c, a);
     // The copy owed again, and made impossible: a batch in its middle removed from the cluster's
     // journal, so every attempt finds the hole and is retried later.
     const store = openStore(joined.dataDir);
