@@ -38,6 +38,9 @@ import { JournalGap, recover } from './journal/recovery.ts';
 import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
 import { SnapshotWriter } from './journal/snapshot-writer.ts';
 import { openStore } from './journal/store.ts';
+import { ensureDirectory, lockDataDir } from './journal/data-dir.ts';
+import { checkPortFree } from './http/port-check.ts';
+import { StartupError } from './config/startup-error.ts';
 import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
 import { createLogger } from './telemetry/logger.ts';
@@ -129,18 +132,31 @@ async function main(): Promise<void> {
   defaultYoungGenerationForWorkers();
   const settings = readSettings();
   if (settings === null) return;
+  // Bad keys are a bad setting: said before anything is opened.
+  const serviceKeys = envKeys(settings);
   const log = createLogger(settings.logLevel);
   const version = packageVersion();
   // A write past a file-size limit must fail as an I/O error (503), not kill the process.
   process.on('SIGXFSZ', () => log.error('file size limit reached (SIGXFSZ)'));
   // No request may end the process: a stray rejected promise is logged, and the journal's own
   // failure handling decides what is still accepted.
-  process.on('unhandledRejection', (reason) => log.error({ err: reason }, 'unhandled promise rejection'));
+  process.on('unhandledRejection', (reason) => {
+    // lmdb-js starts each write batch with a write of its own whose promise nobody holds; when
+    // that batch's commit fails, it is rejected unhandled. The failure itself reaches the puts
+    // of that commit (the journal's: journal.ts reports it), so this one is only noise.
+    if (reason instanceof Error && 'commitError' in reason) return log.debug({ err: reason }, 'lmdb-js: a commit failed (reported where it matters)');
+    log.error({ err: reason }, 'unhandled promise rejection');
+  });
 
+  // One server per data directory, and a port no other program listens on: found before the
+  // store is opened or recovery starts (data-dir.ts, port-check.ts).
+  ensureDirectory(settings.dataDir);
+  await lockDataDir(settings.dataDir);
+  await checkPortFree(settings.host, settings.port);
   const store = openStore(settings.dataDir);
   // Stored keys: this node's LMDB, or in cluster mode the cluster's, in PostgreSQL (§12).
   const keySource = settings.clusterPostgresUrl === '' ? new LmdbKeys(store) : new PgKeys(settings.clusterPostgresUrl, settings.clusterName);
-  const auth = new Authenticator(keySource, envKeys(settings), log);
+  const auth = new Authenticator(keySource, serviceKeys, log);
   // The first start's key is printed once, to stderr, outside the JSON logs (CONTRACT.md §1).
   await auth.start(KEYS_POLL_MS, (key) => process.stderr.write(`created workspace default, service key: ${key}\n`));
 
@@ -376,6 +392,10 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   // A journal intake refuses is the operator's to fix: its message says how, a stack would not help.
+  if (error instanceof StartupError) {
+    process.stderr.write(`intake: ${error.message}\n`);
+    process.exit(2);
+  }
   const text = error instanceof JournalGap || error instanceof DivergedError ? error.message : error instanceof Error ? error.stack : String(error);
   process.stderr.write(`intake: failed to start: ${text}\n`);
   process.exit(1);

@@ -1,7 +1,7 @@
 // Operating the server: first start, keys from the environment and the CLI, --help and flags,
 // and logs that never carry keys or bodies (CONTRACT.md §1, §3, §9).
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -162,7 +162,8 @@ describe('npm start', () => {
 
 describe('settings', () => {
   const run = (args: string[], env: Record<string, string> = {}) =>
-    spawnSync(process.execPath, [...serverCommand(), ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+    // A timeout: a start that wrongly succeeds must fail the test, not hang it.
+    spawnSync(process.execPath, [...serverCommand(), ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 });
 
   test('--help lists every setting with its variable, flag and default, and exits 0', () => {
     const res = run(['--help']);
@@ -190,6 +191,15 @@ describe('settings', () => {
     }
   });
 
+  test('SERVICE_KEYS that could never be used stop the server with status 2 (too long, spaces at an end, one key for two workspaces)', () => {
+    for (const keys of ['k'.repeat(257), 'shop: spaced-key-123456', 'shop:tab\tkey-123456', 'a:same-key-123456,b:same-key-123456', 'caf\u00e9-key-123456']) {
+      const res = run([], { SERVICE_KEYS: keys, DATA_DIR: tempDataDir(), PORT: '0' });
+      assert.equal(res.status, 2, `${JSON.stringify(keys)}: ${res.stderr}`);
+      assert.match(res.stderr, /^intake: SERVICE_KEYS: /);
+      assert.doesNotMatch(res.stderr, /same-key|spaced-key/, 'the message does not print the key');
+    }
+  });
+
   test('a flag wins over its environment variable', async () => {
     const server = await startServer({ env: { BODY_LIMIT_BYTES: '1024' }, args: ['--body-limit-bytes', '4096'] });
     try {
@@ -199,5 +209,84 @@ describe('settings', () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+describe('one server per data directory and per port', () => {
+  const run = (env: Record<string, string>, timeoutMs = 15_000) =>
+    spawnSync(process.execPath, serverCommand(), { cwd: ROOT, env: { ...process.env, HOST: '127.0.0.1', PORT: '0', SERVICE_KEYS: 'k-0123456789abcdef', ...env }, encoding: 'utf8', timeout: timeoutMs });
+
+  test('a second server on the same DATA_DIR, or on a port in use, stops with status 2 and a one-line message; the first keeps every write', async () => {
+    const first = await startServer();
+    try {
+      const before = await first.post('/product', { id: 'held-1', name: 'n' });
+      assert.equal(before.status, 200);
+      // Two servers on one data directory each wrote their batches over the other's (writes answered 200 were lost).
+      const sameDir = run({ DATA_DIR: first.dataDir });
+      assert.equal(sameDir.status, 2, sameDir.stderr);
+      assert.equal(sameDir.stderr, `intake: the data directory ${first.dataDir} is in use by another intake process on this machine (one process per data directory)\n`);
+      // uWS listens with SO_REUSEPORT: a second server on a port in use listened beside the first, and the kernel split the connections.
+      const samePort = run({ DATA_DIR: tempDataDir(), PORT: String(first.port) });
+      assert.equal(samePort.status, 2, samePort.stderr);
+      assert.match(samePort.stderr, new RegExp(`^intake: cannot listen on 127\\.0\\.0\\.1:${first.port}: the port is in use`));
+      assert.equal(samePort.stderr.split('\n').length, 2, 'one line');
+      for (let i = 0; i < 20; i++) assert.equal((await first.post('/product', { id: `held-${i + 2}`, name: 'n' })).status, 200);
+    } finally {
+      await first.kill();
+    }
+    // SIGKILL leaves no stale lock: the next server on the directory starts and has every write.
+    const again = await startServer({ dataDir: first.dataDir });
+    try {
+      assert.equal((await again.request('/readyz')).status, 200);
+    } finally {
+      await again.stop();
+    }
+    const ids = exportLines(first.dataDir, 'products').map((p: { id: string }) => p.id);
+    assert.equal(ids.length, 21);
+  });
+
+  test('a DATA_DIR that cannot be made, or a HOST that cannot be listened on, stops with status 2 and one line (no hang, no stack)', () => {
+    // mkdirSync's `recursive` loops forever on /proc/x in Node 20: the start hung with no output.
+    const proc = run({ DATA_DIR: '/proc/intake-no-such-dir' });
+    assert.equal(proc.status, 2, `status ${proc.status}, signal ${proc.signal}, stderr ${proc.stderr}`);
+    assert.match(proc.stderr, /^intake: cannot create the data directory \/proc\/intake-no-such-dir: ENOENT[^\n]*\n$/);
+    const file = join(tempDataDir(), 'a-file');
+    writeFileSync(file, 'x');
+    const underFile = run({ DATA_DIR: join(file, 'sub') });
+    assert.equal(underFile.status, 2, underFile.stderr);
+    assert.match(underFile.stderr, /^intake: cannot create the data directory [^\n]*: ENOTDIR[^\n]*\n$/);
+    const host = run({ DATA_DIR: tempDataDir(), HOST: 'no-such-host.invalid' });
+    assert.equal(host.status, 2, host.stderr);
+    assert.match(host.stderr, /^intake: cannot listen on no-such-host\.invalid:0: [^\n]+\n$/);
+  });
+});
+
+describe('CLIs on a data directory', () => {
+  test('export, journal and keys list/revoke refuse a directory without intake data (status 2, nothing created); keys create makes one and says so', () => {
+    const missing = join(tempDataDir(), 'typo');
+    for (const [cli, args] of [['export', ['events']], ['export', ['products']], ['journal', ['check']], ['journal', ['repair']], ['keys', ['list']], ['keys', ['revoke', 'ABCDEFGH']]] as const) {
+      const res = runCli(cli, [...args], missing);
+      assert.equal(res.status, 2, `${cli} ${args.join(' ')}: ${res.stderr}`);
+      assert.equal(res.stderr, `${cli}: ${missing} holds no intake data (set DATA_DIR or --data-dir to the server's data directory)\n`);
+      assert.equal(res.stdout, '');
+      assert.equal(existsSync(missing), false, `${cli} ${args.join(' ')} created nothing`);
+    }
+    const created = runCli('keys', ['create', 'shop'], missing);
+    assert.equal(created.status, 0, created.stderr);
+    assert.match(created.stderr, /held no intake data: created it/);
+    assert.equal(runCli('keys', ['list'], missing).stdout.trim().split('\n').length, 2, 'the header and the new key');
+  });
+
+  test('journal repair refuses while a server runs on the directory; check may run beside it', async () => {
+    const server = await startServer();
+    try {
+      const repair = runCli('journal', ['repair'], server.dataDir);
+      assert.equal(repair.status, 2, repair.stderr);
+      assert.match(repair.stderr, /is in use by another intake process on this machine \(one process per data directory\): stop it first/);
+      assert.equal(runCli('journal', ['check'], server.dataDir).status, 0);
+    } finally {
+      await server.stop();
+    }
+    assert.equal(runCli('journal', ['repair'], server.dataDir).status, 0, 'once it stopped');
   });
 });

@@ -5,10 +5,9 @@
 // bounded cache of recently seen keys spares most requests the sha256; it is dropped whenever
 // the stored keys change, so a revocation takes effect at once.
 import type { Logger } from '../telemetry/logger.ts';
-import { createFirstKey, hashKey, type KeyRecord, type KeySource } from './key-store.ts';
+import { createFirstKey, hashKey, MAX_SERVICE_KEY_LENGTH, type KeyRecord, type KeySource } from './key-store.ts';
 
 const CACHE_MAX_KEYS = 10_000;
-const MAX_KEY_LENGTH = 256;
 /** A cached answer for a key that matches no active key ('' is never a workspace name). */
 const UNKNOWN = '';
 /** The workspace the first start creates (CONTRACT.md §1). */
@@ -52,7 +51,7 @@ export class Authenticator {
 
   /** The workspace of `key`, or null for a missing, unknown or revoked key. */
   workspaceOf(key: string): string | null {
-    if (key === '' || key.length > MAX_KEY_LENGTH) return null;
+    if (key === '' || key.length > MAX_SERVICE_KEY_LENGTH) return null;
     const fromEnv = this.envKeys.get(key);
     if (fromEnv !== undefined) return fromEnv;
     const cached = this.cache.get(key);

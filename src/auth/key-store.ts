@@ -141,6 +141,9 @@ export class LmdbKeys implements KeySource {
   }
 }
 
+/** The longest key a request may carry (longer: 401 whatever it is). */
+export const MAX_SERVICE_KEY_LENGTH = 256;
+
 /** Parses SERVICE_KEYS: "ws1:key1,ws2:key2"; a bare key belongs to workspace "default". */
 export function parseServiceKeys(raw: string): Map<string, string> {
   const keys = new Map<string, string>();
@@ -152,6 +155,14 @@ export function parseServiceKeys(raw: string): Map<string, string> {
     const key = colon === -1 ? entry : entry.slice(colon + 1);
     if (!WORKSPACE_NAME.test(workspace)) throw new KeyError(`SERVICE_KEYS: bad workspace name "${workspace}"`);
     if (key === '') throw new KeyError(`SERVICE_KEYS: empty key for workspace "${workspace}"`);
+    // A key that can never arrive as it is written would only ever meet 401: refused at start.
+    // An HTTP header value loses its leading and trailing spaces, and a key over the length
+    // limit is refused whatever it is (authenticator.ts).
+    if (key.length > MAX_SERVICE_KEY_LENGTH || !/^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/.test(key)) {
+      throw new KeyError(`SERVICE_KEYS: the key for workspace "${workspace}" must be 1 to ${MAX_SERVICE_KEY_LENGTH} printable ASCII characters, not starting or ending with a space`);
+    }
+    const other = keys.get(key);
+    if (other !== undefined && other !== workspace) throw new KeyError(`SERVICE_KEYS: one key is given for two workspaces, "${other}" and "${workspace}"`);
     keys.set(key, workspace);
   }
   return keys;

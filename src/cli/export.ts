@@ -12,6 +12,7 @@ import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
 import { JournalGap, recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
 import { NdjsonWriter } from './output.ts';
+import { requireStore } from './data-dir-check.ts';
 
 const WHATS = ['events', 'devices', 'customers', 'products', 'collections'] as const;
 type What = (typeof WHATS)[number];
@@ -128,6 +129,7 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
 }
 
 async function run(args: ExportArgs): Promise<void> {
+  if (!requireStore('export', args.dataDir)) process.exit(2);
   const store = openStore(args.dataDir);
   const out = new NdjsonWriter();
   try {

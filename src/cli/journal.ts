@@ -3,7 +3,9 @@
 // later records were stored anyway, leaving a hole in `seq`. The server and the state exports
 // refuse such a journal (recovery.ts) and say to run this. Stop the server first.
 import { describeHole, findHole, JournalGap } from '../journal/recovery.ts';
+import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
 import { openStore } from '../journal/store.ts';
+import { requireStore } from './data-dir-check.ts';
 
 const USAGE = `usage: npm run journal -- <command>
   check    exit 0 when intake can replay the journal; else say why and exit 1
@@ -25,6 +27,17 @@ async function main(argv: string[]): Promise<number> {
     const help = command === '--help' || command === '-h';
     process.stderr.write(`${help || command === undefined ? '' : `journal: unknown command ${command}\n`}${USAGE}`);
     return help ? 0 : 2;
+  }
+  if (!requireStore('journal', dataDir)) return 2;
+  // A repair writes: never beside a server on the same directory (it would go on writing after the hole).
+  if (command === 'repair') {
+    try {
+      await lockDataDir(dataDir);
+    } catch (error) {
+      if (!(error instanceof DataDirError)) throw error;
+      process.stderr.write(`journal: ${error.message}: stop it first\n`);
+      return 2;
+    }
   }
   const store = openStore(dataDir);
   try {

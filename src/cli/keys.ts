@@ -5,7 +5,8 @@
 import { createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
 import { PgKeys } from '../cluster/pg-keys.ts';
 import { SETTINGS } from '../config/settings.ts';
-import { openStore, type Store } from '../journal/store.ts';
+import { openStore, storeExists, type Store } from '../journal/store.ts';
+import { requireStore } from './data-dir-check.ts';
 
 const USAGE = `usage: npm run keys -- <command>
   create <workspace>   create a key; prints the key alone on stdout (the only time it is shown)
@@ -48,6 +49,10 @@ async function main(argv: string[]): Promise<number> {
   let source: KeySource;
   if (clusterUrl !== '') source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
   else {
+    // Only `create` may start a data directory (keys made before the server's first start);
+    // it says so, since a key made in the wrong directory is never accepted.
+    if (command !== 'create' && !requireStore('keys', dataDir)) return 2;
+    if (command === 'create' && !storeExists(dataDir)) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
     store = openStore(dataDir);
     source = new LmdbKeys(store);
   }

@@ -1,7 +1,7 @@
 // The LMDB environment: one file under DATA_DIR holding the journal, the key store and metadata.
 // lmdb-js defaults are kept on purpose: with overlappingSync on and separateFlushed off, a write's
 // promise resolves only after its commit is fsync'd, and each flush overlaps the next commit.
-import { mkdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { JournalRecord } from './records.ts';
@@ -9,6 +9,7 @@ import type { EntityCounts } from './snapshot-format.ts';
 // Registers the msgpack extension of packed id lists, so this process can read such records.
 import './packed-ids.ts';
 import { decodeRecords, encodeRecords } from './record-bytes.ts';
+import { ensureDirectory } from './data-dir.ts';
 
 export interface StoredKey {
   workspace: string;
@@ -49,8 +50,13 @@ export interface Store {
 
 export const STORE_FILE = 'intake.mdb';
 
+/** Whether `dataDir` holds intake's data (a tool that only reads must not make an empty store by a typo). */
+export function storeExists(dataDir: string): boolean {
+  return existsSync(join(dataDir, STORE_FILE));
+}
+
 export function openStore(dataDir: string): Store {
-  mkdirSync(dataDir, { recursive: true });
+  ensureDirectory(dataDir);
   const root = open({ path: join(dataDir, STORE_FILE), maxDbs: 8 });
   // Records are written by record-bytes.ts (why: there), not by lmdb-js's msgpack encoder; its
   // typings do not list the option.

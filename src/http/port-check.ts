@@ -1,0 +1,19 @@
+// Whether HOST:PORT is free, asked before the HTTP server listens. uWS listens with SO_REUSEPORT
+// (edge threads share the port that way), so a second intake started on a port already in use
+// listened beside the first without an error, and the kernel split the connections between the
+// two: clients met two servers, each with its own keys and data. A plain listen (no
+// SO_REUSEPORT) fails on a port any socket listens on; it is closed again at once.
+import { createServer } from 'node:net';
+import { StartupError } from '../config/startup-error.ts';
+
+/** Resolves when HOST:PORT can be listened on; port 0 (the kernel picks one) checks the host alone. */
+export function checkPortFree(host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => {
+      const why = error.code === 'EADDRINUSE' ? 'the port is in use (another intake, or another program)' : error.message;
+      reject(new StartupError(`cannot listen on ${host}:${port}: ${why}`));
+    });
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()));
+  });
+}
