@@ -712,6 +712,34 @@ describe('transport (group commit, small limits)', () => {
       }
     });
 
+    test('(2) a 422 judged against the state (unknown did, missing name on create, reused key), pipelined while other writes are in their commit, is answered at once and in order', async () => {
+      const keyed = unique('reused');
+      assertSuccess(await server.request('/product', { id: keyed, name: 'first' }, { headers: { 'idempotency-key': keyed } }), 'the first keyed write');
+      const pipelined = Buffer.concat([
+        jsonPost('/logout', { did: 'no-such-device' }),
+        jsonPost('/product', { id: unique('never-created') }),
+        rawRequest('POST', '/product', { headers: { 'content-type': 'application/json', 'idempotency-key': keyed }, body: JSON.stringify({ id: keyed, name: 'other' }) }),
+        rawRequest('GET', '/healthz', { key: null }),
+      ]);
+      // Twenty rounds, each beside writes from other connections that are in their commit while
+      // the 422s are judged (a 422 that waited for them closed the connection, unanswered).
+      for (let round = 0; round < 20; round++) {
+        const busy = Array.from({ length: 4 }, (_, i) => server.post('/product', { id: unique(`busy-${round}-${i}`), name: 'n' }));
+        const conn = await RawConnection.open(server.port);
+        try {
+          conn.write(pipelined);
+          const responses = await conn.waitFor(4);
+          assert.deepEqual(responses.map((r) => r.status), [422, 422, 422, 200], `round ${round}`);
+          const detailTypes = responses.slice(0, 3).map((r) => (JSON.parse(r.body) as { details: Array<{ type: string }> }).details.map((d) => d.type).join());
+          assert.deepEqual(detailTypes, ['device.notFound', 'any.required', 'idempotency.reused']);
+          assert.equal(conn.closed, false, 'the connection stays open');
+        } finally {
+          conn.destroy();
+        }
+        for (const res of await Promise.all(busy)) assertSuccess(res, 'a write beside the pipeline');
+      }
+    });
+
     test('(3) group commit: a request pipelined behind a write waiting for its fsync closes the connection; nothing is half-applied', async () => {
       const { did } = await launch(server);
       const bodies = [

@@ -1,5 +1,5 @@
 // How a live write ends: accepted (applied to memory, journaled, answered 200 once durable),
-// refused (a 422 answered once every write it may have observed is durable), or, for a retry
+// refused (a 422, answered at once: see refuse()), or, for a retry
 // with a known Idempotency-Key, answered as the first one was (CONTRACT.md §10). Once the
 // journal has failed, every write that reaches one of these ends in 503 instead.
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
@@ -15,7 +15,7 @@ import type { Workspaces } from './workspace.ts';
 export interface Reply extends CommitWaiter {
   /** The 200 body, sent once the write is durable. */
   succeed(body: string): void;
-  /** A 422, sent once the writes it observed are durable. */
+  /** A 422, sent when committed() follows (at once: Acceptor.refuse). */
   reject(details: ValidationDetail[]): void;
   /** A bug or a lost worker: 500, logged; nothing of the write was applied. */
   crashed(error: unknown): void;
@@ -107,10 +107,18 @@ export class Acceptor {
     return launchAnswer(record.did, record.sid);
   }
 
+  /**
+   * A 422 is answered at once, not after the writes it observed are durable: CONTRACT.md §2 lets
+   * every 4xx be pipelined, answered in order without waiting for the journal, and uWS closes a
+   * connection on which a request arrives while an answer is pending (a 422 that waited lost the
+   * request pipelined behind it, and its own answer). Nothing of the refused write is applied; a
+   * 422 may reflect a write not yet durable (a delete still in its commit, say), which a crash
+   * could still undo, as for any write not yet answered.
+   */
   refuse(details: ValidationDetail[], reply: Reply): void {
     if (this.journalHasFailed(reply)) return;
     reply.reject(details);
-    if (!this.journal.afterPending(reply)) reply.committed();
+    reply.committed();
   }
 
   /**
