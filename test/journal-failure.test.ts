@@ -4,6 +4,8 @@
 // later write, /readyz 503, never a 200 for something not committed; after a restart without
 // the limit, everything that was answered 200 is there.
 import { spawnSync } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { exportLines, launch, startServer, T0, tempDataDir } from './helpers/server.ts';
@@ -79,5 +81,31 @@ describe('journal failure', () => {
     } finally {
       await restarted.stop();
     }
+  });
+
+  test('after a failure no snapshot is started, even once the disk has room again: the data file stops growing', async (t) => {
+    const dataDir = tempDataDir();
+    // A soft limit only, which the process's owner may raise again.
+    const server = await startServer({ dataDir, wrap: ['prlimit', `--fsize=${FILE_LIMIT_BYTES}:unlimited`], env: { SNAPSHOT_INTERVAL_MS: '200', SNAPSHOT_EVERY_RECORDS: '0' } });
+    t.after(() => server.kill());
+    let failed = false;
+    for (let i = 0; i < 1000 && !failed; i++) {
+      const results = await Promise.all([0, 1, 2, 3].map((k) => server.post('/product', { id: `s${i}-${k}`, name: 'n', description: DESCRIPTION })));
+      failed = results.some((res) => res.status === 503);
+    }
+    assert.ok(failed, 'the journal failed');
+    // The operator frees space: the limit goes (a snapshot would now have room to be written).
+    const raised = spawnSync('prlimit', ['--pid', String(server.child.pid), '--fsize=unlimited']);
+    assert.equal(raised.status, 0, String(raised.stderr));
+    // A snapshot already running when the journal failed stops at its next slice; then none starts.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const logsAtFailure = server.logs().length;
+    const sizeAtFailure = statSync(join(dataDir, 'intake.mdb')).size;
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const started = server.logs().slice(logsAtFailure).filter((line) => line.includes('"snapshot started"'));
+    assert.deepEqual(started, [], 'no snapshot started after the journal failed (10 intervals)');
+    assert.equal(statSync(join(dataDir, 'intake.mdb')).size, sizeAtFailure, 'the data file did not grow');
+    assert.deepEqual(server.logs().filter((line) => line.includes('unhandled promise rejection')), []);
+    assert.equal(await server.stop(), 1);
   });
 });

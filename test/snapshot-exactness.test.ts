@@ -288,7 +288,7 @@ describe('snapshot exactness', () => {
       assert.ok(first && first.chunks > 1);
       for (let i = 0; i < 300; i++) workload.step();
       await abortAfterFirstChunk(store, writer);
-      assert.equal(chunkSnapshotIds(store).length, 2, 'the aborted snapshot left chunks behind');
+      assert.deepEqual(chunkSnapshotIds(store), [first.id], 'the aborted snapshot\'s chunks went when it ended');
       for (let i = 0; i < 300; i++) workload.step();
       const third = await writer.snapshot('third');
       assert.ok(third);
@@ -309,14 +309,18 @@ describe('snapshot exactness', () => {
     const workload = new Workload(before.intake, before.workspaces, seededRandom(13));
     let second: SnapshotMeta | null;
     try {
-      for (let i = 0; i < 6000; i++) workload.step();
+      // Many chunks, so that the abort below lands while the walk still runs (as in the test above).
+      for (let i = 0; i < 40000; i++) workload.step();
       const first = await before.writer.snapshot('first');
       for (let i = 0; i < 300; i++) workload.step();
       second = await before.writer.snapshot('second');
       assert.ok(first && second && second.id > first.id);
-      // An aborted snapshot leaves chunks above the newest meta...
+      // An aborted snapshot removes its chunks; a crash while one was written leaves chunks
+      // above the newest meta (written here as that crash would leave them)...
       for (let i = 0; i < 300; i++) workload.step();
       await abortAfterFirstChunk(before.store, before.writer);
+      assert.deepEqual(chunkSnapshotIds(before.store), [second.id], 'the aborted snapshot removed its chunks');
+      await before.store.snapshotChunks.put([second.id + 1, 0], Buffer.from('a chunk of a snapshot a crash cut short'));
       // ...and a crash between removing an old meta and its chunks leaves chunks below it.
       await before.store.snapshotChunks.put([first.id, 0], Buffer.from('not a chunk of any snapshot'));
       assert.deepEqual(chunkSnapshotIds(before.store), [first.id, second.id, second.id + 1]);

@@ -85,8 +85,18 @@ class RunningSnapshot {
     this.inFlight.push(write);
     void write.then(
       () => this.inFlight.splice(this.inFlight.indexOf(write), 1),
-      () => undefined,
+      (error: unknown) => {
+        // lmdb-js also rejects a shared `commitError` promise nobody else awaits (journal.ts
+        // settle() does the same): left alone it was logged as an unhandled rejection.
+        const commitError = (error as { commitError?: unknown } | null)?.commitError;
+        if (commitError instanceof Promise) commitError.catch(() => undefined);
+      },
     );
+  }
+
+  /** Resolves once every chunk write handed to LMDB has succeeded or failed. */
+  async allSettled(): Promise<void> {
+    await Promise.allSettled([...this.inFlight]);
   }
 
   /** Waits while too many chunk writes are in flight (rejects if one failed). */
@@ -183,6 +193,10 @@ export class SnapshotWriter {
    */
   snapshot(reason: string, { paced = true }: { paced?: boolean } = {}): Promise<SnapshotMeta | null> {
     if (this.installing) return Promise.resolve(null);
+    // After a journal failure the server takes no write until it is restarted, and a snapshot
+    // could never complete (it waits for the journal to be durable): each one tried wrote a
+    // full copy of the state for nothing, one per interval, on a disk that had just failed.
+    if (this.journal.failed !== null) return Promise.resolve(null);
     if (this.runningDone !== null) return this.runningDone;
     const seq = this.journal.lastAppendedSeq;
     if (seq === this.coveredSeq) return Promise.resolve(null);
@@ -206,9 +220,13 @@ export class SnapshotWriter {
         for (const listener of this.listeners) listener(written);
         return written;
       },
-      (error: unknown) => {
+      async (error: unknown) => {
         if (error instanceof SnapshotAborted) this.log.info({ snapshot: meta.id }, 'snapshot aborted');
         else this.log.error({ err: error, snapshot: meta.id }, 'snapshot failed; the previous one stays in use');
+        // Its chunks go now, not when a later snapshot completes (after a journal failure none
+        // does until a restart); best effort, the next complete snapshot removes what is left.
+        await running.allSettled();
+        await removeSnapshotChunks(this.store, meta.id).catch(() => undefined);
         return null;
       },
     );
@@ -266,6 +284,8 @@ export class SnapshotWriter {
       inSlice = 0;
       await pace.yield();
       if (running.aborted) throw new SnapshotAborted();
+      // A journal that failed meanwhile: this snapshot can never complete, stop writing it.
+      if (this.journal.failed !== null) throw this.journal.failed;
       await running.backpressure();
     };
     // Maps iterate live: entries added after P are visited too, and skipped by their epoch;
@@ -365,6 +385,14 @@ const REMOVE_CHUNKS_PER_WRITE = 500;
  * groups of queued (not synchronous) removes: one transaction callback removing a whole 1M-device
  * snapshot held the event loop for ~20 ms.
  */
+/** Removes the chunks of snapshot `id` (one that failed: it has no meta). */
+async function removeSnapshotChunks(store: Store, id: number): Promise<void> {
+  const chunkKeys = [...store.snapshotChunks.getKeys({ start: [id, 0], end: [id + 1, 0] })];
+  for (let i = 0; i < chunkKeys.length; i += REMOVE_CHUNKS_PER_WRITE) {
+    await Promise.all(chunkKeys.slice(i, i + REMOVE_CHUNKS_PER_WRITE).map((key) => store.snapshotChunks.remove(key)));
+  }
+}
+
 export async function removeSnapshotsBefore(store: Store, id: number): Promise<void> {
   const metaKeys = [...store.snapshots.getKeys({ end: id })];
   const metaRemoved = metaKeys.map((key) => store.snapshots.remove(key));
