@@ -6,7 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
-import { exportLines, LAUNCH_INFO, startServer, T0, type TestServer } from './helpers/server.ts';
+import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile } from './helpers/cluster.ts';
 import { metric, until } from './helpers/wait.ts';
 
@@ -160,26 +160,64 @@ describe('POST /batch', () => {
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
   });
 
-  test('whole-batch Idempotency-Key: a retry gets the same results and changes nothing; another batch under the key is told apart per item', async () => {
-    const requests: Item[] = [product('wb1'), launchItem(), { method: 'POST', path: '/product', body: { id: 'wb-new' } }, { method: 'POST', path: '/msv_cevt', body: { did: 'unknown-did', name: 'e', timestamp: T0 } }, { method: 'POST', path: '/nope', body: {} }];
-    const key = { 'idempotency-key': 'whole-batch-1' };
+  test('whole-batch Idempotency-Key: a retry gets the same results (4xx items too) and changes nothing; another batch under the key gets 422 idempotency.reused', async () => {
+    const collection = `wb-col-${Date.now()}`;
+    const requests: Item[] = [
+      product('wb1'),
+      launchItem(),
+      { method: 'POST', path: '/product', body: { id: 'wb-new' } },
+      { method: 'POST', path: '/msv_cevt', body: { did: 'unknown-did', name: 'e', timestamp: T0 } },
+      { method: 'POST', path: '/nope', body: {} },
+      { method: 'POST', path: `/collection/${collection}/products/add`, body: { products: ['wb1'] } },
+    ];
+    const key = { 'idempotency-key': `whole-batch-${Date.now()}` };
     const before = await journal(server);
-    const first = await results(server, requests, key);
-    assert.deepEqual(statuses(first), [200, 200, 422, 422, 404]);
-    const retry = await results(server, requests, key);
-    assert.deepEqual(
-      retry,
-      first.map((r) => (r.status === 200 ? { ...r, replayed: true } : r)),
-      'the same statuses and bodies (the launch: the same did and sid), 200s marked replayed',
-    );
-    assert.deepEqual((await journal(server)).records - before.records, 2, 'the retry journaled nothing');
-    const changed = await results(server, [product('wb1', { price: 3 }), ...requests.slice(1)], key);
-    assert.equal(changed[0]!.status, 422);
-    assert.equal(changed[0]!.body.details[0].type, 'idempotency.reused');
-    assert.deepEqual(changed.slice(1), retry.slice(1));
-    // Without the key the same batch is a new one: a second device.
+    const first = await sendBatch(server, requests, key);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get('idempotent-replayed'), null);
+    assert.deepEqual(statuses(first.body.results), [200, 200, 422, 422, 404, 422]);
+    // The collection exists now: the mapping item would pass if it were judged again. It is not:
+    // the retry gets the first answer, word for word.
+    assert.equal((await server.post('/collection', { id: collection, name: 'c' })).status, 200);
+    const retry = await sendBatch(server, requests, key);
+    assert.equal(retry.status, 200);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.equal(retry.text, first.text, 'the same results: statuses and bodies (the launch: the same did and sid)');
+    assert.deepEqual((await journal(server)).records - before.records, 3, 'the retry journaled nothing (two items, then the collection)');
+    // Another batch under the key, whatever its items: 422, nothing applied.
+    for (const other of [[product('wb1', { price: 3 }), ...requests.slice(1)], [{ method: 'DELETE', path: '/product/wb-other' } as Item]]) {
+      const changed = await sendBatch(server, other, key);
+      assert.equal(changed.status, 422, changed.text);
+      assert.deepEqual((changed.body as unknown as { details: unknown[] }).details, [{ message: '"Idempotency-Key" was used for a different request', path: ['headers', 'idempotency-key'], type: 'idempotency.reused', context: { key: 'idempotency-key', label: 'idempotency-key', value: key['idempotency-key'] } }]);
+    }
+    assert.deepEqual((await journal(server)).records - before.records, 3, 'the other batches journaled nothing');
+    // Without the key the same batch is a new one: a second device, and the mapping passes now.
     const unkeyed = await results(server, requests);
-    assert.notEqual(unkeyed[1]!.body.did, first[1]!.body.did);
+    assert.notEqual(unkeyed[1]!.body.did, first.body.results[1]!.body.did);
+    assert.equal(unkeyed[5]!.status, 200);
+  });
+
+  test('whole-batch Idempotency-Key after a restart (the whole answer is held in memory): the items it applied replay from their own keys, none applied twice', async () => {
+    const dataDir = tempDataDir();
+    const own = await startServer({ dataDir });
+    const requests: Item[] = [product('rb1'), launchItem(), { method: 'POST', path: '/product', body: { id: 'rb-new' } }];
+    const key = { 'idempotency-key': 'restart-batch-1' };
+    const first = await sendBatch(own, requests, key);
+    assert.deepEqual(statuses(first.body.results), [200, 200, 422]);
+    await own.kill();
+    const restarted = await startServer({ dataDir });
+    try {
+      const retry = await results(restarted, requests, key);
+      assert.deepEqual(
+        retry,
+        first.body.results.map((r: Result) => (r.status === 200 ? { ...r, replayed: true } : r)),
+        'the 200s replayed from their keys (the same did and sid), the 422 judged again',
+      );
+      const launches = exportLines(dataDir, 'events', '--kind', 'app_launch');
+      assert.equal(launches.length, 1, 'one device');
+    } finally {
+      await restarted.stop();
+    }
   });
 
   test('an item is answered as alone for a bad method, path, key or body, and does not stop the batch', async () => {

@@ -18,7 +18,9 @@
 // compiled schema the workers use, and a mapping of more than 1,024 ids is applied in slices by
 // the catalog actor, exactly as a small mapping request sent alone is.
 import type { Settings } from '../config/settings.ts';
+import { BatchAnswers } from '../idempotency/batch-answers.ts';
 import { bodyFingerprint, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
+import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
 import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
@@ -36,7 +38,7 @@ import type { WriteGate } from './write-gate.ts';
 export const BATCH_PATH = '/batch';
 
 export interface BatchDependencies {
-  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>;
+  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes' | 'idempotencyWindowSeconds'>;
   /** The write routes an item may name. */
   routes: readonly WriteRoute[];
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
@@ -51,6 +53,8 @@ export interface BatchDependencies {
 interface BatchContext {
   readonly router: ItemRouter;
   readonly deps: BatchDependencies;
+  /** Answers of batches sent with an Idempotency-Key header, for their retries. */
+  readonly answers: BatchAnswers;
 }
 
 /**
@@ -166,6 +170,10 @@ class BatchRun implements ItemOwner {
       out += `{"status":${item.status},"body":${item.body}${item.replayed ? ',"replayed":true}' : '}'}`;
     }
     out += ']}';
+    // With a key on the batch, its retry gets these results again, unless an item may succeed
+    // when retried (a 5xx: only final answers are kept, CONTRACT.md §10).
+    const claim = this.request.idempotency;
+    if (claim !== null && this.items.every((item) => item.status < 500)) this.context.answers.remember(claim, out, Date.now());
     this.request.succeed(out);
     this.request.committed();
   }
@@ -214,7 +222,7 @@ class BatchRun implements ItemOwner {
 
 export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
   const envelope = new BodyValidator(batchBody(deps.settings.batchMaxItems));
-  const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps };
+  const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps, answers: new BatchAnswers(deps.settings.idempotencyWindowSeconds * 1000) };
   // An item's bytes need measuring only when the whole body could be over some endpoint's limit.
   const smallestLimitBytes = Math.min(deps.settings.bodyLimitBytes, deps.settings.mappingBodyLimitBytes);
   const { rateLimits } = deps;
@@ -256,6 +264,16 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
     // The state half: the items, each through its route's own two halves, in order.
     apply(request: WriteRequest, body: Record<string, unknown> | null): void {
       const batch = request as BatchRequest;
+      // The batch's own key: a retry of the same batch gets its first answer, another batch
+      // under the key a 422 (while the answer is held: batch-answers.ts). Not while writes are
+      // refused (a journal failure, a leader change): every item then gets its 503.
+      const claim = batch.idempotency;
+      const earlier = claim === null || deps.gate.refusal() !== null ? null : context.answers.lookup(claim, Date.now());
+      if (earlier !== null && claim !== null) {
+        if (earlier.kind === 'reused') return batch.invalid([detail.idempotencyReused(claim.key)]);
+        batch.replay(() => earlier.text);
+        return batch.committed();
+      }
       const requests = (body as { requests: BatchItemSpec[] }).requests;
       const n = requests.length;
       const batchKey = batch.idempotency?.key ?? null;
