@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import {
   ClientClosedError,
   createClient,
+  describeError,
   IntakeRequestError,
   IntakeUnavailableError,
   IntakeValidationError,
@@ -135,6 +136,58 @@ describe('intake/client', () => {
     assert.ok(Date.now() - started >= 40, 'the interval, not an immediate send');
     await Promise.all([c.close(), timed.close()]);
     assert.equal(proxy.seen.length, 2);
+  });
+
+  test('a flush() after every write: each resolves once every write before it is settled, in order, thousands waiting at once', async () => {
+    const c = client(server.url, { flushIntervalMs: 60_000, maxBatchItems: 100, maxConcurrentBatches: 2 });
+    const writes = 3_000;
+    const settled: boolean[] = new Array<boolean>(writes).fill(false);
+    const resolvedFlushes: number[] = [];
+    const all: Array<Promise<unknown>> = [];
+    for (let i = 0; i < writes; i++) {
+      all.push(c.upsertProduct({ id: `flush-each-${i}`, name: 'n' }).then(() => (settled[i] = true)));
+      all.push(
+        c.flush().then(() => {
+          assert.ok(settled.slice(0, i + 1).every(Boolean), `flush ${i} resolved before write ${settled.indexOf(false)} settled`);
+          resolvedFlushes.push(i);
+        }),
+      );
+    }
+    await Promise.all(all);
+    assert.equal(resolvedFlushes.length, writes);
+    assert.deepEqual(resolvedFlushes, [...resolvedFlushes].sort((a, b) => a - b), 'flushes resolve in the order they were called');
+    // The queue is reusable after the waiters are gone: a later flush still waits for its write.
+    let late = false;
+    const lateWrite = c.upsertProduct({ id: 'flush-each-late', name: 'n' }).then(() => (late = true));
+    await c.flush();
+    assert.equal(late, true);
+    await lateWrite;
+    await c.close();
+  });
+
+  test('a server nobody listens for: retries say why (ECONNREFUSED), and the write fails as not applied; a dropped answer stays "may have been applied"', async () => {
+    // A port that was free a moment ago: every connect is refused.
+    const probe = await startFaultProxy(server.url);
+    const closedUrl = probe.url;
+    await probe.close();
+    const reasons: string[] = [];
+    const refused = createClient({ url: closedUrl, serviceKey: KEY_A, ...FAST, retryDeadlineMs: 400, onRetry: (info) => reasons.push(describeError(info.error)) });
+    const error = rejection(await outcome(refused.upsertProduct({ id: 'refused', name: 'n' })));
+    assert.ok(error instanceof IntakeUnavailableError);
+    assert.equal(error.mayHaveBeenApplied, false);
+    assert.match(error.message, /ECONNREFUSED/);
+    assert.match(error.message, /it was not applied: no attempt reached the server/);
+    assert.ok(reasons.length > 0 && reasons.every((r) => /ECONNREFUSED/.test(r)), reasons.join('; '));
+    await refused.close();
+
+    // The server applied the batch and the answer was lost: that write may have been applied.
+    const proxy = await proxyTo(server, () => ({ kind: 'drop-after' }));
+    const dropped = client(proxy.url, { retryDeadlineMs: 400 });
+    const lost = rejection(await outcome(dropped.upsertProduct({ id: 'dropped-answer', name: 'n' })));
+    assert.ok(lost instanceof IntakeUnavailableError);
+    assert.equal(lost.mayHaveBeenApplied, true);
+    assert.match(lost.message, /it may or may not have been applied/);
+    await dropped.close();
   });
 
   test('a full queue refuses new writes with QueueFullError (items and bytes); the queued ones still land', async () => {

@@ -33,13 +33,17 @@ export class Progress {
     this.timer.unref();
   }
 
+  /** Set while a batch is being retried (why, and which attempt); shown until the next one settles. */
+  retrying: string | null = null;
+
   line(): string {
     const { done, failed } = this.counts();
     const seconds = (Date.now() - this.startedMs) / 1000;
     const rate = seconds > 0 ? done / seconds : 0;
     const eta = rate > 0 ? (this.totalLines - done) / rate : Infinity;
     const pct = this.totalLines > 0 ? Math.floor((100 * done) / this.totalLines) : 100;
-    return `${this.label}: ${int(done)}/${int(this.totalLines)} (${pct}%) done, ${int(failed)} failed, ${int(rate)}/s, ETA ${duration(eta)}`;
+    const retrying = this.retrying === null ? '' : `; ${this.retrying}`;
+    return `${this.label}: ${int(done)}/${int(this.totalLines)} (${pct}%) done, ${int(failed)} failed, ${int(rate)}/s, ETA ${duration(eta)}${retrying}`;
   }
 
   private draw(): void {

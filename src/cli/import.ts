@@ -4,7 +4,7 @@
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
 import { createReadStream, createWriteStream, realpathSync, rmSync, type WriteStream } from 'node:fs';
-import { createClient, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
+import { createClient, describeError, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
 
@@ -120,7 +120,7 @@ class FailedLines {
     if (error instanceof IntakeValidationError) entry.details = error.details;
     if (error instanceof IntakeUnavailableError) {
       entry.status = error.lastStatus;
-      entry.mayHaveBeenApplied = true;
+      entry.mayHaveBeenApplied = error.mayHaveBeenApplied;
     }
     entry.item = item;
     this.out.write(`${JSON.stringify(entry)}\n`);
@@ -147,6 +147,11 @@ async function run(args: Args): Promise<number> {
     maxConcurrentBatches: 1,
     maxQueueItems: MAX_LINES_IN_FLIGHT * 2,
     maxQueueBytes: MAX_BYTES_IN_FLIGHT * 2,
+    // The progress line says why nothing moves (a server that is down, say), not only "0 done".
+    onRetry: (info) => {
+      const why = info.status !== null ? `answer ${info.status}` : describeError(info.error);
+      progress.retrying = `retrying (attempt ${info.attempt + 1}, ${why}), next in ${Math.ceil(info.delayMs / 100) / 10} s`;
+    },
   });
   let done = 0;
   let ok = 0;
@@ -166,6 +171,7 @@ async function run(args: Args): Promise<number> {
 
   const settle = (lineNumber: number, line: string, bytes: number, error: unknown): void => {
     done++;
+    progress.retrying = null;
     inFlight--;
     inFlightBytes -= bytes;
     if (error === null) ok++;

@@ -3,7 +3,7 @@
 // envelope's 422 halve a batch; a 429 for more items than the key's burst cuts it to the burst),
 // and each item's own answer resolved or rejected.
 import { randomUUID } from 'node:crypto';
-import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type WriteIdentity } from './errors.ts';
+import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, neverConnected, type WriteIdentity } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
 import { isRetryableStatus, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
 import { attempt, prepareBody, type PreparedBody } from './transport.ts';
@@ -161,6 +161,8 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
    * was answering 503, say, and the timeout is the error's cause.
    */
   let lastStatus: number | null = null;
+  /** Whether some attempt may have reached the server (an answer, or a failure after connecting). */
+  let reached = false;
   for (;;) {
     const remainingMs = deadlineAtMs - Date.now();
     const lone = current.alone ? current.writes[0]! : null;
@@ -178,6 +180,7 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
     let retryAfterMs: number | null = null;
     if (outcome.kind === 'network') {
       retryError = outcome.error;
+      if (!neverConnected(outcome.error)) reached = true;
     } else if (outcome.status === 200 && lone !== null) {
       settleFinal(lone, 200, outcome.body);
       return null;
@@ -221,11 +224,12 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }
+    if (outcome.kind === 'answer') reached = true;
     if (retryStatus !== null) lastStatus = retryStatus;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
     if (Date.now() + delayMs >= deadlineAtMs) {
-      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError));
+      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError, reached));
       return null;
     }
     options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });

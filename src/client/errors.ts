@@ -59,11 +59,33 @@ export class IntakeUnavailableError extends IntakeError {
     readonly attempts: number,
     readonly lastStatus: number | null,
     cause: unknown,
+    /**
+     * False only when no attempt reached the server: every one failed to connect (refused, no
+     * such host, unreachable), so nothing can have been applied.
+     */
+    readonly mayHaveBeenApplied: boolean = true,
   ) {
-    const error = cause === null || cause === undefined ? null : `last error: ${cause instanceof Error ? cause.message : String(cause)}`;
+    const error = cause === null || cause === undefined ? null : `last error: ${describeError(cause)}`;
     const why = [lastStatus !== null ? `last answer ${lastStatus}` : null, error].filter((part) => part !== null).join(', ');
-    super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}gave up after ${attempts} attempt(s) (${why}); it may or may not have been applied, retry with the same Idempotency-Key`, { cause });
+    const outcome = mayHaveBeenApplied ? 'it may or may not have been applied, retry with the same Idempotency-Key' : 'it was not applied: no attempt reached the server';
+    super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}gave up after ${attempts} attempt(s) (${why}); ${outcome}`, { cause });
   }
+}
+
+/** An error's message, with the system error code fetch hides in its cause ("fetch failed (ECONNREFUSED)"). */
+export function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const code = (error.cause as { code?: unknown } | undefined)?.code ?? (error as { code?: unknown }).code;
+  return typeof code === 'string' && !error.message.includes(code) ? `${error.message} (${code})` : error.message;
+}
+
+/** Errors of the connection's setup: the request never reached a server. */
+const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** Whether a failed attempt's error says it never reached the server (so it applied nothing). */
+export function neverConnected(error: unknown): boolean {
+  const code = (error as { cause?: { code?: unknown } } | null)?.cause?.code;
+  return typeof code === 'string' && NOT_CONNECTED.has(code);
 }
 
 /** The server answered something the client cannot read (not the batch protocol). */

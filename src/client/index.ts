@@ -3,6 +3,7 @@
 export { createClient, type IntakeClient } from './client.ts';
 export {
   ClientClosedError,
+  describeError,
   IntakeError,
   IntakeProtocolError,
   IntakeRequestError,

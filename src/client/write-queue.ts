@@ -44,6 +44,14 @@ class HeldWrite implements QueuedWrite {
   }
 }
 
+interface FlushWaiter {
+  seq: number;
+  resolve: () => void;
+}
+
+/** What a woken waiter's place holds until the prefix is dropped (no reference to its promise). */
+const DONE_WAITER: FlushWaiter = { seq: -1, resolve: () => undefined };
+
 export interface QueueStats {
   /** Writes not yet settled (waiting or in flight). */
   heldItems: number;
@@ -68,8 +76,10 @@ export class WriteQueue {
   private forceUpToSeq = 0;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
-  /** Resolvers of flush() calls, each waiting for every write up to its seq to settle. */
-  private flushWaiters: Array<{ seq: number; resolve: () => void }> = [];
+  /** Resolvers of flush() calls, each waiting for every write up to its seq to settle; in seq order. */
+  private readonly flushWaiters: FlushWaiter[] = [];
+  /** flushWaiters before this index are woken already. */
+  private flushHead = 0;
   /** Seqs not yet settled, to know when a flush is done (a write may settle out of order with concurrent batches). */
   private readonly unsettled = new Set<number>();
   /** Every seq below this one is settled (amortised O(1) per write, where a scan of `unsettled` would be O(n)). */
@@ -130,14 +140,26 @@ export class WriteQueue {
   }
 
   private wakeFlushes(): void {
-    if (this.flushWaiters.length === 0) return;
+    if (this.flushHead === this.flushWaiters.length) return;
     while (this.lowestUnsettledSeq < this.nextSeq && !this.unsettled.has(this.lowestUnsettledSeq)) this.lowestUnsettledSeq++;
     const oldest = this.lowestUnsettledSeq < this.nextSeq ? this.lowestUnsettledSeq : Infinity;
-    this.flushWaiters = this.flushWaiters.filter((waiter) => {
-      if (waiter.seq >= oldest) return true;
+    // Waiters are in seq order (each takes the newest seq when it calls): the done ones are a
+    // prefix, woken from the head. A release costs O(1) however many flushes wait (a filter of
+    // the whole list per settled write made n flush() calls O(n²)).
+    const waiters = this.flushWaiters;
+    while (this.flushHead < waiters.length && waiters[this.flushHead]!.seq < oldest) {
+      const waiter = waiters[this.flushHead]!;
+      waiters[this.flushHead++] = DONE_WAITER;
       waiter.resolve();
-      return false;
-    });
+    }
+    // The woken prefix is dropped once it is most of the list (amortised O(1) per waiter).
+    if (this.flushHead === waiters.length) {
+      waiters.length = 0;
+      this.flushHead = 0;
+    } else if (this.flushHead > 1024 && this.flushHead * 2 > waiters.length) {
+      waiters.splice(0, this.flushHead);
+      this.flushHead = 0;
+    }
   }
 
   private batchReady(): boolean {
