@@ -96,7 +96,10 @@ export function buildOpenApi(routes: readonly DocumentedRoute[], version: string
         headers: { ...REQUEST_ID_HEADER, 'retry-after': { description: 'whole seconds, at least 1', schema: { type: 'integer', minimum: 1 } } },
       },
       '500': errorResponse('a bug, or a mapping worker that failed (InternalError); logged, nothing applied'),
-      '503': errorResponse('the journal cannot be written, or the server is shutting down'),
+      '503': {
+        ...errorResponse('the journal cannot be written, or the server is shutting down; with Retry-After: every mapping worker is busy, or (cluster mode) no leader can take the write now'),
+        headers: { ...REQUEST_ID_HEADER, 'retry-after': { description: 'whole seconds, at least 1 (when the write may be retried soon)', schema: { type: 'integer', minimum: 1 } } },
+      },
     };
     if (route.hasParam) responses['404'] = errorResponse('a malformed percent-escape in :id (NotFoundError)');
     if (route.limit !== 'none') {
@@ -119,7 +122,14 @@ export function buildOpenApi(routes: readonly DocumentedRoute[], version: string
     get: {
       ...open,
       summary: 'readiness: 200 while writes are accepted',
-      responses: { '200': status('ready'), '503': errorResponse('shutting down or journal failed') },
+      responses: { '200': status('ready'), '503': errorResponse('shutting down or journal failed; in cluster mode also: no leader can be reached, or the node is still catching up with the cluster') },
+    },
+  };
+  paths['/cluster'] = {
+    get: {
+      ...open,
+      summary: 'cluster mode: this node\'s view of the cluster (role, leader, epoch, applied and committed positions)',
+      responses: { '200': { description: 'the cluster status, JSON', headers: REQUEST_ID_HEADER, content: json({ type: 'object' }) }, '404': errorResponse('not in cluster mode (CLUSTER_POSTGRES_URL is not set)') },
     },
   };
   paths['/metrics'] = {
