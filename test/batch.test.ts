@@ -160,6 +160,24 @@ describe('POST /batch', () => {
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
   });
 
+  test('the same document pretty-printed in a batch and compact alone (or the other way round) is one request; whitespace inside strings, key order and values still count', async () => {
+    const pretty = '{\n  "id": "ws1",\n  "name": "a  b",\t"price" : 2\r\n}';
+    const compact = '{"id":"ws1","name":"a  b","price":2}';
+    const batched = await server.request<{ results: Result[] }>('/batch', undefined, { raw: `{"requests":[{"method":"POST","path":"/product","idempotencyKey":"ws-key-1","body":${pretty}}]}`, headers: { 'content-type': 'application/json' } });
+    assert.deepEqual(batched.body.results, [{ status: 200, body: { success: true } }]);
+    const alone = await server.request('/product', undefined, { raw: compact, headers: { 'content-type': 'application/json', 'idempotency-key': 'ws-key-1' } });
+    assert.equal(alone.status, 200, alone.text);
+    assert.equal(alone.headers.get('idempotent-replayed'), 'true', 'recognised: only the whitespace between tokens differs');
+    for (const other of ['{"id":"ws1","name":"a b","price":2}', '{"name":"a  b","id":"ws1","price":2}', '{"id":"ws1","name":"a  b","price":3}']) {
+      const res = await server.request('/product', undefined, { raw: other, headers: { 'content-type': 'application/json', 'idempotency-key': 'ws-key-1' } });
+      assert.equal(res.status, 422, `${other}: ${res.text}`);
+    }
+    // Compact alone first, then pretty in a batch.
+    assert.equal((await server.request('/product', undefined, { raw: compact.replace('ws1', 'ws2'), headers: { 'content-type': 'application/json', 'idempotency-key': 'ws-key-2' } })).status, 200);
+    const later = await server.request<{ results: Result[] }>('/batch', undefined, { raw: `{"requests":[{"method":"POST","path":"/product","idempotencyKey":"ws-key-2","body":${pretty.replace('ws1', 'ws2')}}]}`, headers: { 'content-type': 'application/json' } });
+    assert.deepEqual(later.body.results, [{ status: 200, body: { success: true }, replayed: true }]);
+  });
+
   test('whole-batch Idempotency-Key: a retry gets the same results (4xx items too) and changes nothing; another batch under the key gets 422 idempotency.reused', async () => {
     const collection = `wb-col-${Date.now()}`;
     const requests: Item[] = [

@@ -6,6 +6,9 @@
 // limits and scopes crowded onto a few home slots exercise eviction, wrap-around, backward-shift
 // deletion and segment growth. Written by a review of the table, kept as its test.
 import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { bodyFingerprint } from '../src/idempotency/claim.ts';
 import { ENTRY_BYTES, KeyTable } from '../src/idempotency/key-table.ts';
 
 function rng(seed: number) {
@@ -169,4 +172,38 @@ test('the key table behaves as a plain model would, snapshots included', () => {
     for (const [maxKeys, window, ops, scopes] of configs) snapshots += run(seed * 7919 + maxKeys, maxKeys, window, ops, scopes);
   }
   check(snapshots > 100, `snapshots were taken (${snapshots})`);
+});
+
+test('bodyFingerprint: the JSON whitespace between tokens does not count; a compact body hashes as before that rule (keys kept across an upgrade still match)', () => {
+  // The rule before: FNV-1a and a multiply-xor lane over every byte, seeded with the length.
+  const before = (body: Uint8Array): readonly [number, number] => {
+    const mix = (h: number) => {
+      h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+      h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+      return (h ^ (h >>> 16)) >>> 0;
+    };
+    let a = 0x811c9dc5;
+    let b = 0x9747b28c ^ body.length;
+    for (const byte of body) {
+      a = Math.imul(a ^ byte, 0x01000193);
+      b = Math.imul(b ^ byte, 0x5bd1e995);
+      b ^= b >>> 15;
+    }
+    return [mix(a), mix(b ^ a)];
+  };
+  const bytes = (text: string) => Buffer.from(text, 'utf8');
+  fc.assert(
+    fc.property(fc.jsonValue(), fc.integer({ min: 1, max: 4 }), (value, indent) => {
+      const compact = JSON.stringify(value);
+      const pretty = JSON.stringify(value, null, indent).replace(/\n/g, '\r\n');
+      assert.deepEqual(bodyFingerprint(bytes(compact)), before(bytes(compact)), 'compact: unchanged');
+      assert.deepEqual(bodyFingerprint(bytes(pretty)), bodyFingerprint(bytes(compact)), 'pretty-printed: the same request');
+    }),
+    { numRuns: 500 },
+  );
+  // Whitespace inside strings counts (escaped quotes and backslashes do not end a string).
+  assert.notDeepEqual(bodyFingerprint(bytes('{"a":"x y"}')), bodyFingerprint(bytes('{"a":"xy"}')));
+  assert.notDeepEqual(bodyFingerprint(bytes('{"a":"q\\" y"}')), bodyFingerprint(bytes('{"a":"q\\"y"}')));
+  assert.notDeepEqual(bodyFingerprint(bytes('{"a":"\\\\", "b":" "}')), bodyFingerprint(bytes('{"a":"\\\\","b":""}')));
+  assert.deepEqual(bodyFingerprint(bytes('{"a":"\\\\", "b":" "}')), bodyFingerprint(bytes('{"a":"\\\\","b":" "}')));
 });

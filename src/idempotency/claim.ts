@@ -30,12 +30,57 @@ function mix(h: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
+/** JSON's whitespace bytes: space, tab, line feed, carriage return. */
+function isJsonSpace(byte: number): boolean {
+  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
+/**
+ * The body without the JSON whitespace between tokens (whitespace inside strings is kept), or
+ * the body itself when it has none. A string's end is its first `"` not escaped by a `\`.
+ */
+function withoutJsonSpace(body: Uint8Array): Uint8Array {
+  let inString = false;
+  let first = -1;
+  for (let i = 0; i < body.length && first === -1; i++) {
+    const byte = body[i]!;
+    if (inString) {
+      if (byte === 0x5c) i++;
+      else if (byte === 0x22) inString = false;
+    } else if (byte === 0x22) inString = true;
+    else if (isJsonSpace(byte)) first = i;
+  }
+  if (first === -1) return body;
+  const out = new Uint8Array(body.length);
+  out.set(body.subarray(0, first));
+  let n = first;
+  for (let i = first; i < body.length; i++) {
+    const byte = body[i]!;
+    if (inString) {
+      out[n++] = byte;
+      if (byte === 0x5c && i + 1 < body.length) out[n++] = body[++i]!;
+      else if (byte === 0x22) inString = false;
+    } else if (!isJsonSpace(byte)) {
+      out[n++] = byte;
+      if (byte === 0x22) inString = true;
+    }
+  }
+  return out.subarray(0, n);
+}
+
 /**
  * The fingerprint of a decoded body: FNV-1a and a second multiply-xor lane with another prime,
  * each finalized. In JS: one native SHA-256 call per request cost more than the loop over a
  * typical body (a few hundred bytes).
+ *
+ * Over the body's bytes without the JSON whitespace between tokens, so that the same document
+ * sent pretty-printed and compact (a batch item and the request alone, CONTRACT.md §13) is one
+ * request. A compact body is hashed as it is: its fingerprint is what it was before this rule
+ * (keys remembered before an upgrade still match). Key order and escapes still count: `{"a":1,
+ * "b":2}` and `{"b":2,"a":1}` are two requests.
  */
-export function bodyFingerprint(body: Uint8Array = EMPTY_BODY): Fingerprint {
+export function bodyFingerprint(decoded: Uint8Array = EMPTY_BODY): Fingerprint {
+  const body = withoutJsonSpace(decoded);
   let a = 0x811c9dc5;
   let b = 0x9747b28c ^ body.length;
   for (let i = 0; i < body.length; i++) {
