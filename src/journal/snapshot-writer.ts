@@ -196,7 +196,9 @@ export class SnapshotWriter {
     // After a journal failure the server takes no write until it is restarted, and a snapshot
     // could never complete (it waits for the journal to be durable): each one tried wrote a
     // full copy of the state for nothing, one per interval, on a disk that had just failed.
-    if (this.journal.failed !== null) return Promise.resolve(null);
+    // (commitFailure, not `failed`: a cluster follower's journal refuses appends, `failed`, and
+    // its snapshots are taken all the same.)
+    if (this.journal.commitFailure !== null) return Promise.resolve(null);
     if (this.runningDone !== null) return this.runningDone;
     const seq = this.journal.lastAppendedSeq;
     if (seq === this.coveredSeq) return Promise.resolve(null);
@@ -285,7 +287,7 @@ export class SnapshotWriter {
       await pace.yield();
       if (running.aborted) throw new SnapshotAborted();
       // A journal that failed meanwhile: this snapshot can never complete, stop writing it.
-      if (this.journal.failed !== null) throw this.journal.failed;
+      if (this.journal.commitFailure !== null) throw this.journal.commitFailure;
       await running.backpressure();
     };
     // Maps iterate live: entries added after P are visited too, and skipped by their epoch;
