@@ -344,4 +344,34 @@ describe('snapshot exactness', () => {
       await after.close();
     }
   });
+
+  test('a snapshot whose meta is stored stays complete when removing the older ones fails (its chunks are kept; a restart uses it)', async () => {
+    const dataDir = tempDataDir();
+    const rig = openRig(dataDir, 50);
+    const workload = new Workload(rig.intake, rig.workspaces, seededRandom(17));
+    let second: SnapshotMeta | null = null;
+    try {
+      for (let i = 0; i < 3000; i++) workload.step();
+      const first = await rig.writer.snapshot('first', { paced: false });
+      assert.ok(first);
+      for (let i = 0; i < 300; i++) workload.step();
+      // The disk fails while the older snapshot is removed (after the new meta is stored).
+      const remove = rig.store.snapshots.remove.bind(rig.store.snapshots);
+      rig.store.snapshots.remove = (() => Promise.reject(new Error('injected: ENOSPC'))) as typeof rig.store.snapshots.remove;
+      second = await rig.writer.snapshot('second', { paced: false });
+      rig.store.snapshots.remove = remove;
+      assert.ok(second, 'the snapshot is complete: its meta is stored');
+      assert.equal([...rig.store.snapshotChunks.getKeys()].filter((key) => key[0] === second!.id).length, second.chunks, 'every chunk of it is kept');
+    } finally {
+      await rig.close();
+    }
+    const after = openRig(dataDir, 50);
+    try {
+      const report = recover(after.store, after.workspaces, after.intake.interner, after.keys);
+      assert.equal(report.snapshotId, second.id);
+      assert.deepEqual(fromSnapshot(after.store, second.id), replayUpTo(after.store, second.seq));
+    } finally {
+      await after.close();
+    }
+  });
 });

@@ -227,6 +227,9 @@ export class SnapshotWriter {
         else this.log.error({ err: error, snapshot: meta.id }, 'snapshot failed; the previous one stays in use');
         // Its chunks go now, not when a later snapshot completes (after a journal failure none
         // does until a restart); best effort, the next complete snapshot removes what is left.
+        // Detached first, so that no write (copy-on-write) or key slice adds a chunk meanwhile.
+        if (this.running === running) this.running = null;
+        this.keys?.endSnapshot();
         await running.allSettled();
         await removeSnapshotChunks(this.store, meta.id).catch(() => undefined);
         return null;
@@ -314,7 +317,14 @@ export class SnapshotWriter {
     };
     await this.store.snapshots.put(meta.id, meta);
     this.cover(meta);
-    await removeSnapshotsBefore(this.store, meta.id);
+    // Complete from here on. Removing the older ones may fail (a failing disk) without undoing
+    // it: the failure handler in snapshot() removes the chunks of a snapshot whose meta was never
+    // stored, and must not reach this one (its chunks went, its meta stayed: no start after).
+    try {
+      await removeSnapshotsBefore(this.store, meta.id);
+    } catch (error) {
+      this.log.warn({ err: error, snapshot: meta.id }, 'removing the snapshots older than the new one failed; the next snapshot removes them');
+    }
     return meta;
   }
 }
@@ -381,12 +391,6 @@ export function newestCompleteSnapshot(store: Store): SnapshotMeta | null {
 /** Chunk keys removed per LMDB write when old snapshots are deleted. */
 const REMOVE_CHUNKS_PER_WRITE = 500;
 
-/**
- * Deletes every snapshot (complete or not) older than `id`. Metas go first, so a crash half-way
- * leaves only chunks without a meta, which nothing reads and the next call removes. Chunks go in
- * groups of queued (not synchronous) removes: one transaction callback removing a whole 1M-device
- * snapshot held the event loop for ~20 ms.
- */
 /** Removes the chunks of snapshot `id` (one that failed: it has no meta). */
 async function removeSnapshotChunks(store: Store, id: number): Promise<void> {
   const chunkKeys = [...store.snapshotChunks.getKeys({ start: [id, 0], end: [id + 1, 0] })];
@@ -395,6 +399,12 @@ async function removeSnapshotChunks(store: Store, id: number): Promise<void> {
   }
 }
 
+/**
+ * Deletes every snapshot (complete or not) older than `id`. Metas go first, so a crash half-way
+ * leaves only chunks without a meta, which nothing reads and the next call removes. Chunks go in
+ * groups of queued (not synchronous) removes: one transaction callback removing a whole 1M-device
+ * snapshot held the event loop for ~20 ms.
+ */
 export async function removeSnapshotsBefore(store: Store, id: number): Promise<void> {
   const metaKeys = [...store.snapshots.getKeys({ end: id })];
   const metaRemoved = metaKeys.map((key) => store.snapshots.remove(key));
