@@ -39,7 +39,7 @@ import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
 import { SnapshotWriter } from './journal/snapshot-writer.ts';
 import { openStore } from './journal/store.ts';
 import { ensureDirectory, lockDataDir } from './journal/data-dir.ts';
-import { checkPortFree } from './http/port-check.ts';
+import { checkPortFree, lockPort } from './http/port-check.ts';
 import { StartupError } from './config/startup-error.ts';
 import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
@@ -152,6 +152,7 @@ async function main(): Promise<void> {
   // store is opened or recovery starts (data-dir.ts, port-check.ts).
   ensureDirectory(settings.dataDir);
   await lockDataDir(settings.dataDir);
+  await lockPort(settings.host, settings.port);
   await checkPortFree(settings.host, settings.port);
   const store = openStore(settings.dataDir);
   // Stored keys: this node's LMDB, or in cluster mode the cluster's, in PostgreSQL (§12).
@@ -267,7 +268,7 @@ async function main(): Promise<void> {
   // The state side applies writes only where it may: a single node until its journal fails, the leader.
   const stateGate = node === null ? singleNodeGate(journal) : clusterGate(node);
   // POST /batch runs its items through the write routes above (CONTRACT.md §13), on the state side.
-  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log })];
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log, retries: intake.retries })];
   const openApiJson = JSON.stringify(buildOpenApi(routes, version));
   const clusterStatus = node === null ? null : () => Promise.resolve(JSON.stringify(node!.status()));
   const executor = new CommandExecutor(routes, workspaces, stateGate, settings, log);

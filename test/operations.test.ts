@@ -2,6 +2,7 @@
 // and logs that never carry keys or bodies (CONTRACT.md §1, §3, §9).
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -217,7 +218,12 @@ describe('one server per data directory and per port', () => {
     spawnSync(process.execPath, serverCommand(), { cwd: ROOT, env: { ...process.env, HOST: '127.0.0.1', PORT: '0', SERVICE_KEYS: 'k-0123456789abcdef', ...env }, encoding: 'utf8', timeout: timeoutMs });
 
   test('a second server on the same DATA_DIR, or on a port in use, stops with status 2 and a one-line message; the first keeps every write', async () => {
-    const first = await startServer();
+    // A fixed port, as operators set one (port 0 is never shared, so it takes no port lock).
+    const free = createNetServer();
+    await new Promise<void>((resolve) => free.listen({ host: '127.0.0.1', port: 0 }, resolve));
+    const port = (free.address() as AddressInfo).port;
+    await new Promise((resolve) => free.close(resolve));
+    const first = await startServer({ env: { PORT: String(port) } });
     try {
       const before = await first.post('/product', { id: 'held-1', name: 'n' });
       assert.equal(before.status, 200);
@@ -228,8 +234,15 @@ describe('one server per data directory and per port', () => {
       // uWS listens with SO_REUSEPORT: a second server on a port in use listened beside the first, and the kernel split the connections.
       const samePort = run({ DATA_DIR: tempDataDir(), PORT: String(first.port) });
       assert.equal(samePort.status, 2, samePort.stderr);
-      assert.match(samePort.stderr, new RegExp(`^intake: cannot listen on 127\\.0\\.0\\.1:${first.port}: the port is in use`));
-      assert.equal(samePort.stderr.split('\n').length, 2, 'one line');
+      assert.equal(samePort.stderr, `intake: cannot listen on 127.0.0.1:${first.port}: the port is in use by another intake process on this machine\n`);
+      // Another program on the port (or an intake under another HOST spelling).
+      const other = createNetServer();
+      await new Promise<void>((resolve) => other.listen({ host: '127.0.0.1', port: 0 }, resolve));
+      const otherPort = (other.address() as AddressInfo).port;
+      const taken = run({ DATA_DIR: tempDataDir(), PORT: String(otherPort) });
+      other.close();
+      assert.equal(taken.status, 2, taken.stderr);
+      assert.equal(taken.stderr, `intake: cannot listen on 127.0.0.1:${otherPort}: the port is in use (another intake, or another program)\n`);
       for (let i = 0; i < 20; i++) assert.equal((await first.post('/product', { id: `held-${i + 2}`, name: 'n' })).status, 200);
     } finally {
       await first.kill();
@@ -243,6 +256,24 @@ describe('one server per data directory and per port', () => {
     }
     const ids = exportLines(first.dataDir, 'products').map((p: { id: string }) => p.id);
     assert.equal(ids.length, 21);
+  });
+
+  test('two servers started at once on one port (each on its own DATA_DIR): one listens, the other stops with status 2', async () => {
+    const free = createNetServer();
+    await new Promise<void>((resolve) => free.listen({ host: '127.0.0.1', port: 0 }, resolve));
+    const port = (free.address() as AddressInfo).port;
+    await new Promise((resolve) => free.close(resolve));
+    // Both pass a probe of the port before either listens (they listen after recovery).
+    const outcomes = await Promise.allSettled([0, 1].map(() => startServer({ env: { PORT: String(port) } })));
+    const started = outcomes.filter((o): o is PromiseFulfilledResult<Awaited<ReturnType<typeof startServer>>> => o.status === 'fulfilled').map((o) => o.value);
+    const refused = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected').map((o) => String(o.reason));
+    try {
+      assert.equal(started.length, 1, `one server listens, not ${started.length}`);
+      assert.equal(refused.length, 1);
+      assert.match(refused[0]!, /server exited \(2\) before listening; stderr: intake: cannot listen on 127\.0\.0\.1:\d+: the port is in use/);
+    } finally {
+      for (const server of started) await server.stop();
+    }
   });
 
   test('a DATA_DIR that cannot be made, or a HOST that cannot be listened on, stops with status 2 and one line (no hang, no stack)', () => {
