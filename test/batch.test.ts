@@ -215,6 +215,27 @@ describe('POST /batch', () => {
     assert.equal(unkeyed[5]!.status, 200);
   });
 
+  test('whole-batch Idempotency-Key, batches sent at once: the same batch twice runs once (both get its answer); two different batches: one runs, the other gets 422; counted in /metrics', async () => {
+    const replays = async () => (await metric(server, 'intake_idempotency_replays_total')) ?? 0;
+    const conflicts = async () => (await metric(server, 'intake_idempotency_conflicts_total')) ?? 0;
+    for (let round = 0; round < 10; round++) {
+      const key = { 'idempotency-key': `at-once-${Date.now()}-${round}` };
+      const same: Item[] = [launchItem(), { method: 'POST', path: '/product', body: { id: `at-once-new-${round}` } }];
+      const [replaysBefore, conflictsBefore] = [await replays(), await conflicts()];
+      const [a, b] = await Promise.all([sendBatch(server, same, key), sendBatch(server, same, key)]);
+      assert.equal(a.text, b.text, 'one run, one answer (one device)');
+      assert.deepEqual([a.headers.get('idempotent-replayed'), b.headers.get('idempotent-replayed')].sort(), ['true', null].sort());
+      assert.equal((await replays()) - replaysBefore, 1);
+
+      const other = { 'idempotency-key': `at-once-other-${Date.now()}-${round}` };
+      const [c, d] = await Promise.all([sendBatch(server, [product(`ao-c${round}`)], other), sendBatch(server, [product(`ao-c${round}`), product(`ao-d${round}`)], other)]);
+      assert.deepEqual([c.status, d.status].sort(), [200, 422], `${c.text} ${d.text}`);
+      assert.equal((await conflicts()) - conflictsBefore, 1);
+      const products = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').map((p: { id: string }) => p.id);
+      assert.equal(products.includes(`ao-d${round}`), d.status === 200, 'the refused batch applied nothing');
+    }
+  });
+
   test('whole-batch Idempotency-Key after a restart (the whole answer is held in memory): the items it applied replay from their own keys, none applied twice', async () => {
     const dataDir = tempDataDir();
     const own = await startServer({ dataDir });
@@ -272,6 +293,20 @@ describe('POST /batch', () => {
     assert.ok(operation.responses['200'].content['application/json'].schema.properties.results);
     for (const status of ['400', '401', '413', '415', '422', '429', '503']) assert.ok(operation.responses[status], status);
   });
+});
+
+test('with IDEMPOTENCY_MAX_KEYS=0 (keys off) a batch Idempotency-Key is ignored, as a key sent alone is', async () => {
+  const server = await startServer({ env: { IDEMPOTENCY_MAX_KEYS: '0' } });
+  try {
+    const key = { 'idempotency-key': 'keys-off-1' };
+    const first = await sendBatch(server, [launchItem()], key);
+    const second = await sendBatch(server, [launchItem()], key);
+    assert.equal(second.headers.get('idempotent-replayed'), null);
+    assert.notEqual(first.body.results[0]!.body.did, second.body.results[0]!.body.did, 'two devices');
+    assert.equal((await sendBatch(server, [product('keys-off-p')], key)).status, 200);
+  } finally {
+    await server.stop();
+  }
 });
 
 describe('POST /batch limits', () => {

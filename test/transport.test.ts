@@ -712,7 +712,10 @@ describe('transport (group commit, small limits)', () => {
       }
     });
 
-    test('(2) a 422 judged against the state (unknown did, missing name on create, reused key), pipelined while other writes are in their commit, is answered at once and in order', async () => {
+    // With edge threads such a 422 comes from the state thread after the handler returned, and
+    // uWS closes a connection pipelined behind it (README, Edge threads): one thread only.
+    const edgeThreads = Number(process.env.HTTP_THREADS ?? '1') > 1;
+    test('(2) a 422 judged against the state (unknown did, missing name on create, reused key), pipelined while other writes are in their commit, is answered at once and in order', { skip: edgeThreads && 'HTTP_THREADS > 1: answered from the state thread' }, async () => {
       const keyed = unique('reused');
       assertSuccess(await server.request('/product', { id: keyed, name: 'first' }, { headers: { 'idempotency-key': keyed } }), 'the first keyed write');
       const pipelined = Buffer.concat([

@@ -123,8 +123,9 @@ export class Acceptor {
 
   /**
    * The one gate of live writes once the journal has failed (disk full, I/O error): nothing is
-   * applied to memory or journaled, and no 422 or replay is answered (the state it would be
-   * judged against may hold writes that were lost). The write gets 503 (reply.failed). The HTTP
+   * applied to memory or journaled, and no 422 or replay is answered once the failure is known
+   * (the state it would be judged against may hold writes that were lost; a 422 answered just
+   * before, at once, may reflect such a write, see refuse()). The write gets 503. The HTTP
    * layer checks too, but only when a request is dispatched: a catalog write queued behind a
    * mapping in a worker runs later (found in issue 17: it was applied, journaled by a later,
    * smaller commit that succeeded, and answered 200).

@@ -79,13 +79,17 @@ export function describeError(error: unknown): string {
   return typeof code === 'string' && !error.message.includes(code) ? `${error.message} (${code})` : error.message;
 }
 
-/** Errors of the connection's setup: the request never reached a server. */
-const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
-
-/** Whether a failed attempt's error says it never reached the server (so it applied nothing). */
+/**
+ * Whether a failed attempt's error says it never reached the server (so it applied nothing): a
+ * name that did not resolve, a connect that failed, or undici's connect timeout. Only the
+ * connect's and the lookup's own errors count: EHOSTUNREACH on an established connection (an
+ * ICMP error, then a retransmission timeout) may follow a request the server received.
+ */
 export function neverConnected(error: unknown): boolean {
-  const code = (error as { cause?: { code?: unknown } } | null)?.cause?.code;
-  return typeof code === 'string' && NOT_CONNECTED.has(code);
+  const cause = (error as { cause?: { code?: unknown; syscall?: unknown } } | null)?.cause;
+  if (cause === undefined || cause === null) return false;
+  if (cause.code === 'UND_ERR_CONNECT_TIMEOUT') return true;
+  return cause.syscall === 'connect' || cause.syscall === 'getaddrinfo';
 }
 
 /** The server answered something the client cannot read (not the batch protocol). */

@@ -18,7 +18,8 @@
 // compiled schema the workers use, and a mapping of more than 1,024 ids is applied in slices by
 // the catalog actor, exactly as a small mapping request sent alone is.
 import type { Settings } from '../config/settings.ts';
-import { BatchAnswers } from '../idempotency/batch-answers.ts';
+import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
+import type { RetryCounts } from '../actors/acceptor.ts';
 import { bodyFingerprint, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
@@ -38,7 +39,9 @@ import type { WriteGate } from './write-gate.ts';
 export const BATCH_PATH = '/batch';
 
 export interface BatchDependencies {
-  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes' | 'idempotencyWindowSeconds'>;
+  settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes' | 'idempotencyWindowSeconds' | 'idempotencyMaxKeys'>;
+  /** Where replays and conflicts are counted for /metrics (the state thread's; absent on an edge). */
+  retries?: RetryCounts;
   /** The write routes an item may name. */
   routes: readonly WriteRoute[];
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
@@ -53,8 +56,8 @@ export interface BatchDependencies {
 interface BatchContext {
   readonly router: ItemRouter;
   readonly deps: BatchDependencies;
-  /** Answers of batches sent with an Idempotency-Key header, for their retries. */
-  readonly answers: BatchAnswers;
+  /** Answers of batches sent with an Idempotency-Key header, for their retries (null: keys are off, IDEMPOTENCY_MAX_KEYS=0). */
+  readonly answers: BatchAnswers | null;
 }
 
 /**
@@ -125,6 +128,8 @@ class BatchRun implements ItemOwner {
     private readonly requests: readonly BatchItemSpec[],
     private readonly bytes: ItemBytes,
     private readonly batchKey: string | null,
+    /** The batch's entry in the answers kept for its key (null: no key, or keys are off). */
+    private readonly answerEntry: BatchEntry | null,
   ) {
     this.log = context.deps.log;
     this.requestId = request.requestId;
@@ -172,8 +177,7 @@ class BatchRun implements ItemOwner {
     out += ']}';
     // With a key on the batch, its retry gets these results again, unless an item may succeed
     // when retried (a 5xx: only final answers are kept, CONTRACT.md §10).
-    const claim = this.request.idempotency;
-    if (claim !== null && this.items.every((item) => item.status < 500)) this.context.answers.remember(claim, out, Date.now());
+    if (this.answerEntry !== null) this.context.answers!.finish(this.answerEntry, this.items.every((item) => item.status < 500) ? out : null, Date.now());
     this.request.succeed(out);
     this.request.committed();
   }
@@ -222,7 +226,8 @@ class BatchRun implements ItemOwner {
 
 export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
   const envelope = new BodyValidator(batchBody(deps.settings.batchMaxItems));
-  const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps, answers: new BatchAnswers(deps.settings.idempotencyWindowSeconds * 1000) };
+  const answers = deps.settings.idempotencyMaxKeys === 0 ? null : new BatchAnswers(deps.settings.idempotencyWindowSeconds * 1000);
+  const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps, answers };
   // An item's bytes need measuring only when the whole body could be over some endpoint's limit.
   const smallestLimitBytes = Math.min(deps.settings.bodyLimitBytes, deps.settings.mappingBodyLimitBytes);
   const { rateLimits } = deps;
@@ -264,24 +269,39 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
     // The state half: the items, each through its route's own two halves, in order.
     apply(request: WriteRequest, body: Record<string, unknown> | null): void {
       const batch = request as BatchRequest;
-      // The batch's own key: a retry of the same batch gets its first answer, another batch
-      // under the key a 422 (while the answer is held: batch-answers.ts). Not while writes are
-      // refused (a journal failure, a leader change): every item then gets its 503.
-      const claim = batch.idempotency;
-      const earlier = claim === null || deps.gate.refusal() !== null ? null : context.answers.lookup(claim, Date.now());
-      if (earlier !== null && claim !== null) {
-        if (earlier.kind === 'reused') return batch.invalid([detail.idempotencyReused(claim.key)]);
-        batch.replay(() => earlier.text);
-        return batch.committed();
-      }
       const requests = (body as { requests: BatchItemSpec[] }).requests;
       const n = requests.length;
       const batchKey = batch.idempotency?.key ?? null;
       let keyed = batchKey !== null;
       for (let i = 0; i < n && !keyed; i++) keyed = typeof requests[i]!.idempotencyKey === 'string';
+      // Now, whatever happens next: the raw body is only valid while this call runs.
       const raw = batch.rawBody!;
       const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
-      new BatchRun(context, batch, requests, bytes, batchKey).run();
+      const replay = (text: string): void => {
+        if (deps.retries !== undefined) deps.retries.replays++;
+        batch.replay(() => text);
+        batch.committed();
+      };
+      const start = (): void => {
+        // The batch's own key: a retry of the same batch gets its first answer, another batch
+        // under the key a 422 (while the answer is held: batch-answers.ts). Not while writes are
+        // refused (a journal failure, a leader change): every item then gets its 503.
+        const claim = answers === null || deps.gate.refusal() !== null ? null : batch.idempotency;
+        const earlier = claim === null ? null : answers!.lookup(claim, Date.now());
+        if (earlier === null || claim === null) {
+          new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now())).run();
+          return;
+        }
+        if (earlier.kind === 'reused') {
+          if (deps.retries !== undefined) deps.retries.conflicts++;
+          return batch.invalid([detail.idempotencyReused(claim.key)]);
+        }
+        if (earlier.kind === 'replay') return replay(earlier.text);
+        // The first batch under this key is still running: this one waits for its answer, and
+        // runs itself only if that answer is not kept (an item got a 5xx).
+        earlier.then((text) => (text !== null ? replay(text) : start()));
+      };
+      start();
     },
   };
 }

@@ -2,6 +2,8 @@
 // key for the whole batch: a retry gets the same results"). A retry of the same batch (same key,
 // same fingerprint) is answered with the first answer's results, word for word, 4xx items
 // included; another batch under that key gets 422 idempotency.reused, as any reused key does.
+// A batch under a key whose first batch is still running is held until that one is answered
+// (CONTRACT.md §10: a duplicate waits for the first), so two batches under one key never both run.
 //
 // Held in memory only, bounded by count, bytes and IDEMPOTENCY_WINDOW_SECONDS. What a restart
 // (or a leader change) forgets is the answer as a whole; the items it applied stay remembered by
@@ -15,19 +17,29 @@ const MAX_ANSWERS = 10_000;
 /** Their text, in UTF-16 code units (≈ bytes for JSON), at most. */
 const MAX_TEXT_UNITS = 64 * 1024 * 1024;
 
-interface BatchAnswer {
-  f0: number;
-  f1: number;
-  text: string;
+/** One keyed batch: running (text null), or answered. */
+export interface BatchEntry {
+  readonly scope: string;
+  readonly f0: number;
+  readonly f1: number;
+  text: string | null;
   atMs: number;
+  /** Batches under the same key and fingerprint that arrived while this one ran. */
+  waiters: Array<(text: string | null) => void>;
 }
 
-export type BatchReplay = { kind: 'replay'; text: string } | { kind: 'reused' } | null;
+export type BatchLookup =
+  | { kind: 'replay'; text: string }
+  | { kind: 'reused' }
+  /** The first batch is still running: `then` is called with its kept answer, or null (run it). */
+  | { kind: 'wait'; then(waiter: (text: string | null) => void): void }
+  | null;
 
 export class BatchAnswers {
-  /** Scope hash → answer, oldest first (Map keeps insertion order). */
-  private readonly answers = new Map<string, BatchAnswer>();
+  /** Scope hash → entry, oldest first (Map keeps insertion order). */
+  private readonly entries = new Map<string, BatchEntry>();
   private textUnits = 0;
+  private answered = 0;
 
   constructor(private readonly windowMs: number) {}
 
@@ -35,37 +47,69 @@ export class BatchAnswers {
     return `${claim.h0}:${claim.h1}:${claim.h2}`;
   }
 
-  /** What a batch with this claim gets from an earlier one: its answer, a 422, or null (none held). */
-  lookup(claim: IdempotencyClaim, nowMs: number): BatchReplay {
-    const scope = BatchAnswers.scopeOf(claim);
-    const held = this.answers.get(scope);
-    if (held === undefined) return null;
-    if (nowMs - held.atMs > this.windowMs) {
-      this.drop(scope, held);
+  /** What a batch with this claim gets from an earlier one; null when there is none. */
+  lookup(claim: IdempotencyClaim, nowMs: number): BatchLookup {
+    const entry = this.entries.get(BatchAnswers.scopeOf(claim));
+    if (entry === undefined) return null;
+    if (entry.text !== null && nowMs - entry.atMs > this.windowMs) {
+      this.drop(entry);
       return null;
     }
-    return held.f0 === claim.f0 && held.f1 === claim.f1 ? { kind: 'replay', text: held.text } : { kind: 'reused' };
+    if (entry.f0 !== claim.f0 || entry.f1 !== claim.f1) return { kind: 'reused' };
+    if (entry.text !== null) return { kind: 'replay', text: entry.text };
+    return { kind: 'wait', then: (waiter) => entry.waiters.push(waiter) };
   }
 
-  /** Keeps a batch's answer (a 200 with its results), unless one is held for that key already. */
-  remember(claim: IdempotencyClaim, text: string, nowMs: number): void {
-    if (text.length > MAX_TEXT_UNITS) return;
-    const scope = BatchAnswers.scopeOf(claim);
-    if (this.answers.has(scope)) return;
-    this.answers.set(scope, { f0: claim.f0, f1: claim.f1, text, atMs: nowMs });
-    this.textUnits += text.length;
-    for (const [oldScope, old] of this.answers) {
-      if (this.answers.size <= MAX_ANSWERS && this.textUnits <= MAX_TEXT_UNITS && nowMs - old.atMs <= this.windowMs) break;
-      this.drop(oldScope, old);
+  /** A keyed batch starts running (lookup() found nothing): later ones under its key wait for it. */
+  begin(claim: IdempotencyClaim, nowMs: number): BatchEntry {
+    const entry: BatchEntry = { scope: BatchAnswers.scopeOf(claim), f0: claim.f0, f1: claim.f1, text: null, atMs: nowMs, waiters: [] };
+    this.entries.set(entry.scope, entry);
+    return entry;
+  }
+
+  /**
+   * The batch of `entry` is answered: `text` is kept for its retries, or, null (an item got a
+   * 5xx, which a retry may turn into a 200), nothing is kept and the batches waiting run.
+   */
+  finish(entry: BatchEntry, text: string | null, nowMs: number): void {
+    const waiters = entry.waiters;
+    entry.waiters = [];
+    const current = this.entries.get(entry.scope) === entry;
+    if (text === null || text.length > MAX_TEXT_UNITS) {
+      if (current) this.entries.delete(entry.scope);
+    } else if (current) {
+      entry.text = text;
+      entry.atMs = nowMs;
+      this.textUnits += text.length;
+      this.answered++;
+      this.evict(nowMs);
+    }
+    const kept = current && text !== null && entry.text === text ? text : null;
+    for (const waiter of waiters) waiter(kept);
+  }
+
+  /** Answered entries held (for tests and limits). */
+  get size(): number {
+    return this.answered;
+  }
+
+  /** Drops the oldest answered entries past the limits or the window (running ones stay). */
+  private evict(nowMs: number): void {
+    for (const entry of this.entries.values()) {
+      if (this.answered <= MAX_ANSWERS && this.textUnits <= MAX_TEXT_UNITS && (entry.text === null || nowMs - entry.atMs <= this.windowMs)) {
+        if (entry.text !== null) break;
+        continue;
+      }
+      if (entry.text !== null) this.drop(entry);
     }
   }
 
-  get size(): number {
-    return this.answers.size;
-  }
-
-  private drop(scope: string, answer: BatchAnswer): void {
-    this.answers.delete(scope);
-    this.textUnits -= answer.text.length;
+  private drop(entry: BatchEntry): void {
+    if (this.entries.get(entry.scope) !== entry) return;
+    this.entries.delete(entry.scope);
+    if (entry.text !== null) {
+      this.textUnits -= entry.text.length;
+      this.answered--;
+    }
   }
 }
