@@ -226,6 +226,8 @@ async function main(): Promise<void> {
   /** CPU ms per second of the idle cluster (measured during the single-node rounds). */
   const idle = { leader: [] as number[], follower: [] as number[], pg: [] as number[] };
   let wrk: { single: WrkResult; leader: WrkResult } | null = null;
+  /** CPU µs per request (the follower: per record applied) in the saturated rounds. */
+  let saturatedCpu: { single: number; leader: number; pg: number; follower: number } | null = null;
   let stalls: Kill[] = [];
   try {
     // node1 first, so that it leads; node2 follows.
@@ -266,11 +268,24 @@ async function main(): Promise<void> {
 
     const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };
     process.stderr.write(`wrk -t1 -c${SATURATION_CONNECTIONS} ${saturationSeconds}s: single node, then leader\n`);
-    wrk = {
-      single: runWrk(`${single.url}/msv_cevt`, trackBody(singleDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds),
-      leader: runWrk(`${leader.url}/msv_cevt`, trackBody(leaderDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds),
+    const singleCpu0 = cpuSeconds(single.child.pid!);
+    const singleWrk = runWrk(`${single.url}/msv_cevt`, trackBody(singleDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds);
+    const singleSatCpu = cpuSeconds(single.child.pid!) - singleCpu0;
+    const fromSeq = await caughtUp(follower, await appliedSeq(leader));
+    const sat0 = { leader: cpuSeconds(leader.pid!), follower: cpuSeconds(follower.pid!), pg: pg.cpuSeconds() };
+    const leaderWrk = runWrk(`${leader.url}/msv_cevt`, trackBody(leaderDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds);
+    const leaderSatCpu = cpuSeconds(leader.pid!) - sat0.leader;
+    const pgSatCpu = pg.cpuSeconds() - sat0.pg;
+    const toSeq = await caughtUp(follower, await appliedSeq(leader));
+    const followerSatCpu = cpuSeconds(follower.pid!) - sat0.follower;
+    wrk = { single: singleWrk, leader: leaderWrk };
+    const perRequest = (cpuSec: number, requests: number) => (cpuSec / Math.max(1, requests)) * 1e6;
+    saturatedCpu = {
+      single: perRequest(singleSatCpu, singleWrk.requests),
+      leader: perRequest(leaderSatCpu, leaderWrk.requests),
+      pg: perRequest(pgSatCpu, leaderWrk.requests),
+      follower: perRequest(followerSatCpu, toSeq - fromSeq),
     };
-    await caughtUp(follower, await appliedSeq(leader));
 
     haproxy = await startHaproxy(
       haproxyBin,
@@ -304,6 +319,13 @@ async function main(): Promise<void> {
     const ratio = wrk.leader.requestsPerSec / wrk.single.requestsPerSec;
     rows.push(`| req/s at ${SATURATION_CONNECTIONS} connections (wrk -t1, ${saturationSeconds} s) | ${fmt(wrk.single.requestsPerSec, 0)} | ${fmt(wrk.leader.requestsPerSec, 0)} | ${ratio.toFixed(2)}× | ≥ ${TARGETS.throughput}×: ${verdict(ratio >= TARGETS.throughput)} |`);
     rows.push(`| p99 ms at ${SATURATION_CONNECTIONS} connections (p50) | ${wrk.single.p99Ms} (${wrk.single.p50Ms}) | ${wrk.leader.p99Ms} (${wrk.leader.p50Ms}) | | (reported) |`);
+    if (saturatedCpu !== null) {
+      const c = saturatedCpu;
+      const all = c.leader + c.pg + c.follower;
+      rows.push(
+        `| CPU µs / request at ${SATURATION_CONNECTIONS} connections: leader + PostgreSQL + follower (per record) | ${fmt(c.single)} | ${fmt(c.leader)} + ${fmt(c.pg)} + ${fmt(c.follower)} = ${fmt(all)} | ${(all / c.single).toFixed(2)}× (its inverse, ${(c.single / all).toFixed(2)}, is the throughput ratio the machine's CPU allows) | (reported) |`,
+      );
+    }
   }
   if (stalls.length > 0) {
     const values = stalls.map((s) => s.stallMs);
