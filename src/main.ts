@@ -218,7 +218,11 @@ async function main(): Promise<void> {
   // Retention never trims a record a configured sink has not confirmed, nor the record of a
   // remembered Idempotency-Key (a retried launch is answered from it).
   const keepAfter = (): number | null => {
-    const delivered = delivery.confirmedSeq();
+    let delivered = delivery.confirmedSeq();
+    // A cluster node that does not lead delivers nothing: its own sink positions stop where it
+    // last led (0 if it never did), and its local journal grew without end. What a leader
+    // trimmed from the cluster's journal, every sink had confirmed.
+    if (delivered !== null && node !== null && node.role !== 'leader') delivered = Math.max(delivered, node.clusterTrimmedThroughSeq);
     const oldestKey = keys.oldestSeq();
     const limits = [delivered, oldestKey === null ? null : oldestKey - 1].filter((seq): seq is number => seq !== null);
     return limits.length === 0 ? null : Math.min(...limits);

@@ -10,6 +10,7 @@ import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/c
 import { postgresHarness, waitForHeld, withClient } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 import { openStore } from '../src/journal/store.ts';
+import { DURABLE_SEQ_KEY } from '../src/journal/journal.ts';
 
 const cluster = clustersOfThisFile();
 
@@ -110,6 +111,15 @@ async function joinedThenStopped(c: TestCluster, leader: TestNode): Promise<Test
   const joined = await c.add();
   await nextLog(joined, 'joined from the snapshot stored in PostgreSQL', 0);
   await caughtUp(joined, leader);
+  // `export --follow` reads up to the durable position: right after the join it is there, with
+  // no write since (it stayed at 0 until the next write reached the node).
+  const applied = (await joined.status()).appliedSeq;
+  const store = openStore(joined.dataDir);
+  try {
+    assert.equal(store.meta.get(DURABLE_SEQ_KEY), applied, 'the joined node\'s durable position');
+  } finally {
+    await store.close();
+  }
   assert.equal(await joined.stop(), 0);
   return joined;
 }
@@ -254,6 +264,36 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
       const all = exportLines(joined.dataDir, 'events');
       const held = await waitForHeld(target, all.length);
       assert.deepEqual(held.records, all, 'every record once, in seq order');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('with a sink, a follower trims its own journal as far as the leader trimmed the cluster\'s (its own sink positions stop where it last led)', async () => {
+    const server = await postgresHarness.startOwnServer();
+    const target = await postgresHarness.target(server);
+    try {
+      const c = cluster({ ...target.env, JOURNAL_RETENTION_SECONDS: '1' });
+      const a = await c.add();
+      await c.leader();
+      const b = await c.add();
+      for (let i = 0; i < 2; i++) await writeEveryKind(a, `f${i}`);
+      const total = (await a.status()).appliedSeq;
+      await waitForHeld(target, total);
+      await caughtUp(b, a);
+      await sleep(1_100);
+      await snapshotAndUpload(a);
+      await until('the leader trimmed the cluster\'s journal', async () => logged(a, 'cluster journal trimmed by retention in PostgreSQL').length > 0, 10_000);
+      // The follower reads how far the cluster's journal was trimmed every 10 s; then its own
+      // snapshot trims its local journal that far (before: never, it had led no sink).
+      await sleep(10_500);
+      const written = logged(b, 'snapshot written').length;
+      b.child.kill('SIGUSR2');
+      await nextLog(b, 'snapshot written', written);
+      const trimmed = await nextLog(b, 'journal trimmed by retention', 0);
+      assert.ok(Number(trimmed.deliveredSeq) >= total - 7, JSON.stringify(trimmed));
+      const events = exportLines<{ seq: number }>(b.dataDir, 'events');
+      assert.ok(events.length === 0 || events[0]!.seq > 1, 'the follower\'s journal no longer starts at 1');
     } finally {
       await server.stop();
     }

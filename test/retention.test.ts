@@ -3,7 +3,7 @@
 // (snapshot + what is left) gives the same state, and seq keeps growing across restarts.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { exportLines, launch, startServer, T0, tempDataDir } from './helpers/server.ts';
+import { exportLines, launch, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -44,6 +44,12 @@ describe('journal retention', () => {
       for (let i = 0; i < 20 && !server.logs().some((l) => l.includes('"journal trimmed by retention"')); i++) await sleep(50);
       assert.ok(server.logs().some((l) => l.includes('"journal trimmed by retention"')));
       assert.equal(exportLines(dataDir, 'events', '--since', '0').filter((e) => e.data.name?.startsWith('new-')).length, 20, 'recent records are kept');
+      // The export says the trimmed records are gone, on stderr, instead of skipping them silently.
+      const first = exportLines(dataDir, 'events')[0]!.seq as number;
+      const cli = runCli('export', ['events', '--since', '0'], dataDir);
+      assert.equal(cli.status, 0);
+      assert.equal(cli.stderr, `export: records 1 to ${first - 1} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from); going on at ${first}\n`);
+      assert.equal(runCli('export', ['events', '--since', String(first - 1)], dataDir).stderr, '', 'from the first record held: nothing to say');
       const products = exportLines(dataDir, 'products').map((p) => p.id).sort();
       assert.deepEqual(products, ['new-p', 'old-p'], 'the state still holds what the trimmed records wrote');
     } finally {

@@ -85,6 +85,9 @@ async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, af
   let cursor = after;
   for (const { seq, record } of Journal.read(store.journal, after)) {
     if ((upTo !== null && seq > upTo) || stopped()) break;
+    // Records before the journal's first were trimmed by retention (or, on a cluster node, not
+    // copied by a join): said on stderr, as the delivery loop logs it, not skipped in silence.
+    if (seq > cursor + 1) process.stderr.write(`export: records ${cursor + 1} to ${seq - 1} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from); going on at ${seq}\n`);
     cursor = seq;
     if (args.workspace !== null && record.workspace !== args.workspace) continue;
     if (args.kind !== null && record.kind !== args.kind) continue;

@@ -68,6 +68,8 @@ const STOP_WAIT_MS = 2_000;
 const QUERY_TIMEOUT_MS = 10_000;
 /** The leader trims the journal in PostgreSQL (when retention is set) at least this often. */
 const TRIM_EVERY_MS = 60_000;
+/** A node that does not lead reads how far the leader trimmed the cluster's journal this often. */
+const TRIMMED_CHECK_EVERY_MS = 10_000;
 /** Journal batches deleted per retention statement (each statement is one short transaction). */
 const TRIM_BATCHES_PER_STATEMENT = 1_000;
 
@@ -184,6 +186,13 @@ export class ClusterNode {
   private name = '';
   private address = '';
   private roleNow: Role = 'follower';
+  /**
+   * Every seq up to this one was trimmed from the cluster's journal by a leader: every sink had
+   * confirmed it (a leader trims nothing a sink still needs). 0 when none is known. Read by a
+   * node that does not lead, whose own sink positions stop where it last led.
+   */
+  private clusterTrimmedSeq = 0;
+  private trimmedCheckedAtMs = 0;
   private epochNow = 0;
   private leaderName: string | null = null;
   /** Followers: the live leader's lease (address, secret), as last read; null when none is live. */
@@ -246,6 +255,11 @@ export class ClusterNode {
     this.leaseClient = new LazyClient(settings.url, options('intake-lease'));
     this.reader = new LazyClient(settings.url, options('intake-replica'));
     this.upkeep = new LazyClient(settings.url, options('intake-snapshot'));
+  }
+
+  /** How far a leader trimmed the cluster's journal, as this node last read it (0: nothing known). */
+  get clusterTrimmedThroughSeq(): number {
+    return this.clusterTrimmedSeq;
   }
 
   get role(): Role {
@@ -467,6 +481,7 @@ export class ClusterNode {
           await this.host.applyBatch(applied + 1, from === 0 ? batch.records : batch.records.slice(from), from === 0 ? batch.bytes : null);
           if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
         }
+        if (performance.now() - this.trimmedCheckedAtMs >= TRIMMED_CHECK_EVERY_MS) await this.readTrimmed();
         if (this.replicationErrorLogged) this.log.info({ appliedSeq: this.host.appliedSeq() }, 'replication: reading the cluster\'s journal again');
         this.replicationErrorLogged = false;
         retryMs = RETRY_FIRST_MS;
@@ -489,6 +504,16 @@ export class ClusterNode {
       }
       if (batches.length < REPLICATION_BATCHES) await this.sleep(this.listener === null ? REPLICATION_POLL_MS : REPLICATION_POLL_LISTENING_MS);
     }
+  }
+
+  /** Reads how far the cluster's journal was trimmed (its first batch, or its head when it holds none). */
+  private async readTrimmed(): Promise<void> {
+    this.trimmedCheckedAtMs = performance.now();
+    const trimmed = await this.reader.use(async (client) => {
+      const first = await this.journal.firstSeq(client);
+      return first !== null ? first - 1 : (await this.journal.head(client)).lastSeq;
+    });
+    if (trimmed > this.clusterTrimmedSeq) this.clusterTrimmedSeq = trimmed;
   }
 
   /** The journal holds no record after `appliedSeq` although the head is past it: retention trimmed them. */

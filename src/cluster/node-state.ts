@@ -113,6 +113,10 @@ export class NodeState implements ClusterHost {
     store.root.resetReadTxn();
     const report = recover(store, workspaces, interner, keys, dataDir);
     journal.reset(report.lastSeq);
+    // The durable position as rebuilt: `export --follow` reads up to it, and after a join it
+    // still named the old position until the next write reached this node (an idle cluster:
+    // nothing followed). Found by a review.
+    await journal.markDurable();
   }
 
   leading(on: boolean): void {
