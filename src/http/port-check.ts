@@ -3,8 +3,8 @@
 // listened beside the first without an error, and the kernel split the connections between the
 // two: clients met two servers, each with its own keys and data. A plain listen (no
 // SO_REUSEPORT) fails on a port any socket listens on; it is closed again at once.
-import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
+import { holdMachineLock } from '../config/machine-lock.ts';
 import { StartupError } from '../config/startup-error.ts';
 
 /** Resolves when HOST:PORT can be listened on; port 0 (the kernel picks one) checks the host alone. */
@@ -20,24 +20,17 @@ export function checkPortFree(host: string, port: number): Promise<void> {
 }
 
 /**
- * Holds HOST:PORT for this process from now on (an abstract Unix socket named after them, dropped
- * by the kernel when the process ends): the probe above passes for a second intake started while
+ * Holds HOST:PORT for this process from now on (config/machine-lock.ts): the probe above passes for a second intake started while
  * the first is still recovering (it listens only after), and both then listened; this one does
  * not. Port 0 is never shared.
  */
-export function lockPort(host: string, port: number): Promise<void> {
-  if (port === 0) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const lock = createServer((socket) => socket.destroy());
-    lock.once('error', (error: NodeJS.ErrnoException) => {
-      const why = error.code === 'EADDRINUSE' ? 'the port is in use by another intake process on this machine' : error.message;
-      reject(new StartupError(`cannot listen on ${host}:${port}: ${why}`));
-    });
-    // Hashed: an abstract name holds at most 107 bytes, a host name up to 253.
-    const name = `\0intake-port-${createHash('sha256').update(`${host}\n${port}`).digest('hex')}`;
-    lock.listen({ path: name }, () => {
-      lock.unref();
-      resolve();
-    });
-  });
+export async function lockPort(host: string, port: number): Promise<void> {
+  if (port === 0) return;
+  try {
+    await holdMachineLock(`port\n${host}\n${port}`);
+  } catch (error) {
+    const e = error as NodeJS.ErrnoException;
+    const why = e.code === 'EADDRINUSE' ? 'the port is in use by another intake process on this machine' : e.message;
+    throw new StartupError(`cannot listen on ${host}:${port}: ${why}`);
+  }
 }

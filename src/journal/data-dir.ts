@@ -8,10 +8,9 @@
 // lock behind, and no file in the directory is needed. It guards one host (one network
 // namespace): two machines, or two containers with their own network, sharing one volume are
 // not seen (README, Operations).
-import { createHash } from 'node:crypto';
 import { mkdirSync, realpathSync, statSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
 import { dirname } from 'node:path';
+import { holdMachineLock } from '../config/machine-lock.ts';
 import { StartupError } from '../config/startup-error.ts';
 
 /** A data directory that cannot be used: the message says why (a one-line start failure). */
@@ -48,12 +47,6 @@ export function ensureDirectory(dir: string, levels = MAX_NEW_LEVELS): void {
   }
 }
 
-/** The lock's socket name for a directory: its real path, hashed (an abstract name is at most 107 bytes). */
-function lockName(dir: string): string {
-  const real = realpathSync(dir);
-  return `\0intake-data-dir-${createHash('sha256').update(real).digest('hex')}`;
-}
-
 export interface DataDirLock {
   release(): void;
 }
@@ -62,21 +55,13 @@ export interface DataDirLock {
  * Takes `dir` (which exists) for this process; rejects with DataDirError when another process
  * holds it. Held until release() or the end of the process.
  */
-export function lockDataDir(dir: string): Promise<DataDirLock> {
-  const name = lockName(dir);
-  return new Promise((resolve, reject) => {
-    const server: Server = createServer((socket) => socket.destroy());
-    server.once('error', (error: NodeJS.ErrnoException) => {
-      reject(
-        error.code === 'EADDRINUSE'
-          ? new DataDirError(`the data directory ${dir} is in use by another intake process on this machine (one process per data directory)`)
-          : new DataDirError(`cannot lock the data directory ${dir}: ${error.message}`),
-      );
-    });
-    server.listen({ path: name }, () => {
-      // The lock must not keep a process alive that has nothing else to do.
-      server.unref();
-      resolve({ release: () => void server.close() });
-    });
-  });
+export async function lockDataDir(dir: string): Promise<DataDirLock> {
+  try {
+    return { release: await holdMachineLock(`data directory\n${realpathSync(dir)}`) };
+  } catch (error) {
+    const e = error as NodeJS.ErrnoException;
+    throw e.code === 'EADDRINUSE'
+      ? new DataDirError(`the data directory ${dir} is in use by another intake process on this machine (one process per data directory)`)
+      : new DataDirError(`cannot lock the data directory ${dir}: ${e.message}`);
+  }
 }
