@@ -84,7 +84,8 @@ export class BatchAnswers {
       this.answered++;
       this.evict(nowMs);
     }
-    const kept = current && text !== null && entry.text === text ? text : null;
+    // What the entry holds now (null when it was not kept, or is no longer the key's entry).
+    const kept = this.entries.get(entry.scope) === entry ? entry.text : null;
     for (const waiter of waiters) waiter(kept);
   }
 
@@ -96,11 +97,9 @@ export class BatchAnswers {
   /** Drops the oldest answered entries past the limits or the window (running ones stay). */
   private evict(nowMs: number): void {
     for (const entry of this.entries.values()) {
-      if (this.answered <= MAX_ANSWERS && this.textUnits <= MAX_TEXT_UNITS && (entry.text === null || nowMs - entry.atMs <= this.windowMs)) {
-        if (entry.text !== null) break;
-        continue;
-      }
-      if (entry.text !== null) this.drop(entry);
+      if (entry.text === null) continue;
+      if (this.answered <= MAX_ANSWERS && this.textUnits <= MAX_TEXT_UNITS && nowMs - entry.atMs <= this.windowMs) break;
+      this.drop(entry);
     }
   }
 

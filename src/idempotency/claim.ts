@@ -36,25 +36,14 @@ function isJsonSpace(byte: number): boolean {
 }
 
 /**
- * The body without the JSON whitespace between tokens (whitespace inside strings is kept), or
- * the body itself when it has none. A string's end is its first `"` not escaped by a `\`.
+ * The body without the JSON whitespace between tokens (whitespace inside strings is kept). A
+ * string's end is its first `"` not escaped by a `\`.
  */
 function withoutJsonSpace(body: Uint8Array): Uint8Array {
-  let inString = false;
-  let first = -1;
-  for (let i = 0; i < body.length && first === -1; i++) {
-    const byte = body[i]!;
-    if (inString) {
-      if (byte === 0x5c) i++;
-      else if (byte === 0x22) inString = false;
-    } else if (byte === 0x22) inString = true;
-    else if (isJsonSpace(byte)) first = i;
-  }
-  if (first === -1) return body;
   const out = new Uint8Array(body.length);
-  out.set(body.subarray(0, first));
-  let n = first;
-  for (let i = first; i < body.length; i++) {
+  let n = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
     const byte = body[i]!;
     if (inString) {
       out[n++] = byte;
@@ -69,6 +58,31 @@ function withoutJsonSpace(body: Uint8Array): Uint8Array {
 }
 
 /**
+ * The hash of a body that has no JSON whitespace between tokens, in one pass; null as soon as it
+ * meets some (the caller hashes the body without it then). Most bodies are compact: they are
+ * read once, not scanned and then hashed.
+ */
+function compactHash(body: Uint8Array): Fingerprint | null {
+  let a = 0x811c9dc5;
+  let b = 0x9747b28c ^ body.length;
+  let inString = false;
+  let escaped = false;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i]!;
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (byte === 0x5c) escaped = true;
+      else if (byte === 0x22) inString = false;
+    } else if (byte === 0x22) inString = true;
+    else if (isJsonSpace(byte)) return null;
+    a = Math.imul(a ^ byte, 0x01000193);
+    b = Math.imul(b ^ byte, 0x5bd1e995);
+    b ^= b >>> 15;
+  }
+  return [mix(a), mix(b ^ a)];
+}
+
+/**
  * The fingerprint of a decoded body: FNV-1a and a second multiply-xor lane with another prime,
  * each finalized. In JS: one native SHA-256 call per request cost more than the loop over a
  * typical body (a few hundred bytes).
@@ -80,16 +94,8 @@ function withoutJsonSpace(body: Uint8Array): Uint8Array {
  * "b":2}` and `{"b":2,"a":1}` are two requests.
  */
 export function bodyFingerprint(decoded: Uint8Array = EMPTY_BODY): Fingerprint {
-  const body = withoutJsonSpace(decoded);
-  let a = 0x811c9dc5;
-  let b = 0x9747b28c ^ body.length;
-  for (let i = 0; i < body.length; i++) {
-    const byte = body[i]!;
-    a = Math.imul(a ^ byte, 0x01000193);
-    b = Math.imul(b ^ byte, 0x5bd1e995);
-    b ^= b >>> 15;
-  }
-  return [mix(a), mix(b ^ a)];
+  // Compacted, the body has no whitespace left: compactHash reads it through.
+  return compactHash(decoded) ?? compactHash(withoutJsonSpace(decoded))!;
 }
 
 /**
