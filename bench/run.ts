@@ -41,6 +41,8 @@ const SATURATION_CONNECTIONS = 256;
 /** The saturated regime (wrk): rounds of this many seconds per server and scenario. */
 const SATURATION_SECONDS = 5;
 const SATURATION_ROUNDS = 2;
+/** The idle measurement's length: CPU ticks are 10 ms, so a few seconds. */
+const IDLE_SECONDS = 5;
 const PRODUCTS = 10_000;
 const COLLECTIONS = 100;
 /** Bodies built before a run and sent round robin (building them per request loads the client). */
@@ -196,6 +198,16 @@ async function wrkRun(server: RunningServer, scenario: Scenario, did: (i: number
   };
 }
 
+/** CPU ms a second each server spends with no request at all (timers, polls, GC), over IDLE_SECONDS. */
+async function idleCpu(servers: readonly RunningServer[]): Promise<number[]> {
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const before = servers.map((s) => cpuSeconds(s.child.pid!));
+  const startedAt = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
+  const seconds = (performance.now() - startedAt) / 1000;
+  return servers.map((s, i) => ((cpuSeconds(s.child.pid!) - before[i]!) / seconds) * 1000);
+}
+
 async function main(): Promise<void> {
   quiet();
   const date = new Date();
@@ -207,6 +219,7 @@ async function main(): Promise<void> {
   const cpu: Record<string, { intake: number[]; yardstick: number[] }> = {};
   const saturation: Record<string, { intake: Run; yardstick?: Run }> = {};
   const saturated: Record<string, { intake: SaturatedRun[]; yardstick: SaturatedRun[] }> = {};
+  let idle: number[] = [];
   try {
     const target = { url: intake.url, key: BENCH_KEY };
     const dids = await someDevices(target, 1000);
@@ -218,6 +231,7 @@ async function main(): Promise<void> {
     const yardDid = () => 'yardstick-device-id-01';
     await load(intake, SCENARIOS[0]!, did, RATE_CONNECTIONS, ratePerSec, 'warm-up intake');
     await load(yardstick, SCENARIOS[0]!, yardDid, RATE_CONNECTIONS, ratePerSec, 'warm-up yardstick');
+    idle = await idleCpu([intake, yardstick]);
     for (let round = 0; round < rounds; round++) {
       for (const scenario of SCENARIOS) {
         const entry = (cpu[scenario.name] ??= { intake: [], yardstick: [] });
@@ -291,6 +305,8 @@ async function main(): Promise<void> {
     ...rows,
     '',
     ...satSection,
+    '',
+    `Idle, after the warm-up (no request for ${IDLE_SECONDS} s, both servers at once): intake ${idle[0]!.toFixed(1)} ms of CPU a second, yardstick ${idle[1]!.toFixed(1)}. At a fixed rate this is part of every request's figure (at ${ratePerSec.toLocaleString('en')}/s, 1 ms/s is ${(1000 / ratePerSec).toFixed(2)} µs a request).`,
     '',
     'Rounds (intake CPU µs / request): ' + SCENARIOS.map((s) => `${s.name}: ${spread(cpu[s.name]!.intake)}`).join('; ') + '.',
     '',
