@@ -51,6 +51,8 @@ import { MappingPool } from './workers/mapping-pool.ts';
 const KEYS_POLL_MS = 250;
 /** Graceful stop must end within 10 s: requests get up to 3 s, the final snapshot what is left. */
 const STOP_REQUESTS_TIMEOUT_MS = 3_000;
+/** ...and then this long for the 503s of the forwards a stop cut short to reach their clients. */
+const STOP_FORWARD_ANSWERS_MS = 1_000;
 const STOP_SNAPSHOT_DEADLINE_MS = 8_500;
 const STOP_HARD_LIMIT_MS = 9_500;
 const STOP_CLOSE_TIMEOUT_MS = 1_000;
@@ -363,8 +365,9 @@ async function main(): Promise<void> {
     server.stopAccepting();
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
-    // Writes still waiting to be forwarded get 503 (they were not sent: nothing applied).
-    leaderLink?.stop();
+    // Writes still waiting to be forwarded, or still in flight to the leader, get 503.
+    await leaderLink?.stop();
+    await server.settled(STOP_FORWARD_ANSWERS_MS);
     await journal.drain();
     await journal.markDurable();
     // A leader hands over now: another node leads within a second or two (CONTRACT.md §12).

@@ -168,6 +168,26 @@ for (const threads of ['1', '2']) {
       await proxy.close();
     });
 
+    test('a follower stopped gracefully (SIGTERM) while its writes are in flight to the leader answers each of them 503 with Retry-After', async () => {
+      const c = cluster({ HTTP_THREADS: threads });
+      const { b, proxy, plan } = await proxiedCluster(c);
+      // The leader never answers (the proxy holds the POST): the follower cannot know whether it
+      // applied the writes. Before, a stop cut the POST and put its writes back in a queue that no
+      // longer flushed: the clients got no answer at all.
+      plan.action = (seen) => (carriesCommands(seen.headers) ? { kind: 'hang' } : { kind: 'pass' });
+      const sent = Array.from({ length: 4 }, (_, i) => b.request('/product', { id: `p${i}`, name: 'P' }, { timeoutMs: 15_000 }).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error)))));
+      await until('the writes to be in flight to the leader', async () => proxy.seen.some((s) => carriesCommands(s.headers)));
+      const exit = b.stop();
+      for (const res of await Promise.all(sent)) {
+        assert.ok(!(res instanceof Error), `an answer, not ${res instanceof Error ? res.message : ''}`);
+        assert.equal(res.status, 503, res.text);
+        assert.equal(retryAfter(res), '1');
+        assert.match(res.text, /shutting down/);
+      }
+      assert.equal(await exit, 0);
+      await proxy.close();
+    });
+
     for (const signal of ['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const) test(`the leader goes away (${signal}) while writes go through followers: each waits and then gets 200 from the new leader, or 503 with Retry-After; every 200 is in the journal, once`, async () => {
       const c = cluster({ HTTP_THREADS: threads });
       const a = await c.add();
@@ -227,3 +247,28 @@ for (const threads of ['1', '2']) {
     });
   });
 }
+
+test('writes held while the leader was away go to it in frames its limit takes, counted in UTF-8 bytes (CJK text: three bytes a character)', async () => {
+  // MAPPING_BODY_LIMIT_BYTES at 4 MiB: the leader's forward limit is then 5 MiB. Frames were
+  // packed up to 4 Mi UTF-16 units, about 11 MiB of CJK text: 413, and every write in the frame
+  // got 503 (found by a review).
+  const c = cluster({ MAPPING_BODY_LIMIT_BYTES: String(4 * 1024 * 1024) });
+  const { a, b, proxy, plan } = await proxiedCluster(c);
+  const did = (await b.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO })).body.did;
+  const cjk = (n: number, seed: number) => Array.from({ length: n }, (_, i) => String.fromCharCode(0x4e00 + ((seed * 131 + i) % 20_000))).join('');
+  const info = Array.from({ length: 256 }, (_, i) => ({ name: cjk(120, i), value: cjk(100, i + 7), type: 'string' }));
+  const body = (k: number) => JSON.stringify({ did, name: `ev${k}`, timestamp: T0, info });
+  assert.ok(Buffer.byteLength(body(0)) > 2.5 * body(0).length, 'mostly three-byte characters');
+  // The leader is away for a second (503 from it): the follower holds the writes, then sends them together.
+  plan.action = (seen) => (carriesCommands(seen.headers) ? { kind: 'status', status: 503, headers: { 'retry-after': '1' } } : { kind: 'pass' });
+  const sent = Array.from({ length: 80 }, (_, k) => b.request('/msv_cevt', undefined, { raw: body(k), headers: { 'content-type': 'application/json' }, timeoutMs: 30_000 }));
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  plan.action = () => ({ kind: 'pass' });
+  const statuses = (await Promise.all(sent)).map((res) => res.status);
+  assert.deepEqual(statuses, statuses.map(() => 200));
+  const forwarded = proxy.seen.filter((s) => s.action === 'pass' && carriesCommands(s.headers));
+  assert.ok(forwarded.length >= 3, 'in several frames');
+  for (const s of forwarded) assert.equal(s.upstreamStatus, 200, `a frame of ${String(s.headers['content-length'])} bytes`);
+  await sameState(a, b);
+  await proxy.close();
+});

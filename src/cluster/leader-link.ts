@@ -64,6 +64,12 @@ const READY_WITHIN_MS = 3_000;
 const REPLACED_LEADER_GRACE_MS = 1_000;
 /** Counted per command besides its body: the fields of its frame entry. */
 const COMMAND_OVERHEAD_BYTES = 256;
+/** A graceful stop waits this long at most for the answers of the writes it cut short (they are 503s made here). */
+const STOP_ANSWERS_MS = 1_000;
+
+function stoppingMessage(mayBeApplied: boolean): string {
+  return mayBeApplied ? 'the server is shutting down; the leader did not answer, the write may or may not have been applied' : 'the server is shutting down; the write was not forwarded, nothing was applied';
+}
 
 /** Errors whose connection never carried the request: nothing of it reached the leader. */
 const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
@@ -137,6 +143,8 @@ export class LeaderLink implements CommandSink {
   private failingSinceMs: number | null = null;
   private failure = '';
   private stopped = false;
+  /** Set by stop(): called once every write taken has its answer. */
+  private answeredAll: (() => void) | null = null;
   /** Connections to the leader, kept alive: one per POST in flight at most, and one for the probe. */
   private readonly agents: { http: http.Agent; https: https.Agent };
 
@@ -152,7 +160,10 @@ export class LeaderLink implements CommandSink {
   }
 
   run(command: Command, reply: (answer: Answer) => void): void {
-    const bytes = COMMAND_OVERHEAD_BYTES + command.text.length + (command.bytes?.byteLength ?? 0);
+    // UTF-8 bytes, as the frame travels and as the leader's limit counts it: text.length (UTF-16
+    // units) packed frames of CJK text three times over the leader's limit (413: every write in
+    // the frame got 503; found by a review).
+    const bytes = COMMAND_OVERHEAD_BYTES + Buffer.byteLength(command.text, 'utf8') + (command.bytes?.byteLength ?? 0);
     if (this.stopped || this.pendingCommands >= this.limits.maxPendingCommands || this.pendingBytes + bytes > this.limits.maxPendingBytes) {
       this.options.onRefused?.();
       return reply(unavailable(command.id, this.stopped ? 'the server is shutting down' : 'too many writes are waiting to be forwarded to the cluster\'s leader; nothing was applied'));
@@ -186,16 +197,27 @@ export class LeaderLink implements CommandSink {
     return null;
   }
 
-  /** Graceful stop: nothing more is taken; what waits gets 503. */
-  stop(): void {
+  /**
+   * Graceful stop: nothing more is taken; what waits gets 503, and so does what is in flight (its
+   * POST is cut: the leader may or may not have applied it). Resolves once every write taken has
+   * its answer (at most STOP_ANSWERS_MS). Before, a POST in flight came back as lost and was put
+   * back in the queue that no longer flushed: its clients got no answer at all (found by a review).
+   */
+  stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.probeTimer);
     if (this.retryTimer !== null) clearTimeout(this.retryTimer);
     const waiting = this.waiting;
     this.waiting = [];
+    for (const exchange of this.exchanges) exchange.abort();
     this.agents.http.destroy();
     this.agents.https.destroy();
-    for (const f of waiting) this.refuse(f, f.sentTo === null ? 'the server is shutting down; the write was not forwarded, nothing was applied' : 'the server is shutting down; the leader did not answer, the write may or may not have been applied');
+    for (const f of waiting) this.refuse(f, stoppingMessage(f.sentTo !== null));
+    if (this.pendingCommands === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.answeredAll = resolve;
+      setTimeout(resolve, STOP_ANSWERS_MS).unref();
+    });
   }
 
   /** Answered 503 here: no leader took it (or may have, unknown), or the link is full or stopping. */
@@ -210,6 +232,7 @@ export class LeaderLink implements CommandSink {
     this.pendingCommands--;
     this.pendingBytes -= f.bytes;
     f.reply(answer);
+    if (this.pendingCommands === 0) this.answeredAll?.();
   }
 
   private readonly flush = (): void => {
@@ -403,6 +426,10 @@ export class LeaderLink implements CommandSink {
   /** Puts `frame` back in front of the queue; `mayBeApplied`: the leader may have run it. */
   private again(target: LeaderTarget, frame: Forward[], mayBeApplied: boolean): void {
     const back = frame.filter((f) => !f.done);
+    if (this.stopped) {
+      for (const f of back) this.refuse(f, stoppingMessage(mayBeApplied || f.sentTo !== null));
+      return;
+    }
     if (mayBeApplied) for (const f of back) f.sentTo = target;
     this.waiting = back.concat(this.waiting);
     this.blocked = { target, untilMs: performance.now() + RETRY_MS };
