@@ -2,10 +2,11 @@
 // processes on the machine's PostgreSQL, one CLUSTER_NAME per test, talked to directly.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
-import { SINK_HARNESSES, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
+import { postgresHarness, SHARED_POSTGRES_URL, SINK_HARNESSES, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 
 const cluster = clustersOfThisFile();
@@ -291,6 +292,114 @@ describe('cluster mode', () => {
       }
     });
   }
+
+  for (const harness of [postgresHarness]) {
+    test(`${harness.name}: a leader frozen past its lease while it delivers, resumed after the new leader delivered to a consumer that removes what it reads: no record reaches the consumer twice`, async () => {
+      // The former leader's delivery thread goes on for a moment after SIGCONT, with the batch it
+      // held: PostgreSQL stored its rows again (the consumer had deleted them; found by a
+      // review), and a new leader that had never delivered to a NATS stream emptied by its
+      // consumer published the whole journal again.
+      const target: SinkTarget = await harness.target(undefined, { removes: true, duplicateWindowMs: 100 });
+      const consumer = target.consume();
+      const c = cluster({ ...target.env, CLUSTER_LEASE_MS: '1000', DELIVERY_BATCH_RECORDS: '20', DELIVERY_LINGER_MS: '20' });
+      let writing = true;
+      let frozen: TestNode | null = null;
+      const writers: Array<Promise<void>> = [];
+      try {
+        const a = await c.add();
+        await c.leader();
+        const b = await c.add();
+        const did = (await a.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO })).body.did;
+        // Writers send to every node but the frozen one (a follower forwards to the leader).
+        for (let w = 0; w < 4; w++) {
+          writers.push((async () => {
+            for (let n = 0; writing; n++) {
+              for (const node of c.nodes) {
+                if (!writing) break;
+                if (node === frozen) continue;
+                await node.request('/msv_cevt', { did, name: `w${w}-${n}`, timestamp: T0 }, { timeoutMs: 1500 }).catch(() => undefined);
+              }
+            }
+          })());
+        }
+        for (let round = 0; round < 2; round++) {
+          await until('the consumer to get records', async () => consumer.seqs().length > 50 * (round + 1));
+          const leader = await c.leader();
+          frozen = leader;
+          leader.child.kill('SIGSTOP');
+          try {
+            await until('another node to lead', async () => {
+              for (const node of c.nodes) if (node !== leader && (await node.status()).role === 'leader') return true;
+              return false;
+            }, 10_000);
+            const got = consumer.seqs().length;
+            await until('the new leader to deliver', async () => consumer.seqs().length > got + 60, 15_000);
+          } finally {
+            leader.child.kill('SIGCONT');
+            frozen = null;
+          }
+          // The former leader's delivery thread runs on until it learns it no longer leads.
+          await new Promise((resolve) => setTimeout(resolve, 2500));
+        }
+        writing = false;
+        await Promise.all(writers);
+        const leader = await c.leader();
+        for (const node of [a, b]) if (node !== leader) await until('the follower to catch up', async () => (await node.status()).appliedSeq === (await leader.status()).appliedSeq);
+        const journal = exportLines<{ seq: number }>(leader.dataDir, 'events').map((e) => e.seq);
+        await until('the consumer to get every record', async () => new Set(consumer.seqs()).size >= journal.length, 15_000);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const seqs = await consumer.stop();
+        const twice = seqs.filter((seq, i) => seqs.indexOf(seq) !== i);
+        assert.deepEqual(twice, [], 'no record twice');
+        assert.deepEqual([...seqs].sort((x, y) => x - y), journal, 'every record of the journal, once');
+      } finally {
+        writing = false;
+        await Promise.all(writers);
+        await consumer.stop();
+        await target.cleanup();
+      }
+    });
+  }
+
+  test('postgres: a leader frozen between its delivery statement and the end of it leaves no lock behind: the new leader delivers', async () => {
+    // Before, a batch was BEGIN, a statement and COMMIT: a leader frozen in between left its
+    // backend idle in transaction, holding the rows' locks, and the new leader's delivery waited
+    // on them until that backend ended (a lost machine: TCP keepalive, hours). Found by a review.
+    const target: SinkTarget = await postgresHarness.target();
+    const table = target.env.SINK_POSTGRES_TABLE!;
+    const admin = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+    await admin.connect();
+    try {
+      const c = cluster({ ...target.env, CLUSTER_LEASE_MS: '1000', DELIVERY_STALL_TIMEOUT_MS: '3000' });
+      const a = await c.add();
+      await c.leader();
+      const b = await c.add();
+      const did = (await a.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO })).body.did;
+      await waitForHeld(target, 1);
+      // The leader's next delivery statement waits on our lock; it is frozen while it does.
+      const locker = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+      await locker.connect();
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE ${table.split('.').map((part) => `"${part}"`).join('.')} IN SHARE MODE`);
+      assert.equal((await a.post('/msv_cevt', { did, name: 'held-up', timestamp: T0 })).status, 200);
+      await until('the leader\'s delivery to wait on the lock', async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = 'intake-delivery' AND wait_event_type = 'Lock'`)).rowCount! > 0);
+      a.child.kill('SIGSTOP');
+      try {
+        await locker.query('COMMIT');
+        await locker.end();
+        await until('b to lead', async () => (await b.status()).role === 'leader', 10_000);
+        for (let i = 0; i < 20; i++) assert.equal((await b.post('/msv_cevt', { did, name: `b${i}`, timestamp: T0 })).status, 200);
+        const journal = exportLines(b.dataDir, 'events');
+        const held = await waitForHeld(target, journal.length, 15_000);
+        assert.deepEqual(held.records, journal, 'every record once, in order, while the former leader is still frozen');
+      } finally {
+        a.child.kill('SIGCONT');
+      }
+    } finally {
+      await admin.end();
+      await target.cleanup();
+    }
+  });
 
   test('a data directory that is not a copy of the cluster\'s journal (a single node\'s, another cluster\'s): the node refuses to start and says what to do', async () => {
     // A single node's data directory, with writes of its own.

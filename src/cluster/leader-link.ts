@@ -103,6 +103,8 @@ interface Forward {
   readonly bytes: number;
   /** The leader a POST of it went to without an answer (it may be applied there), or null. */
   sentTo: LeaderTarget | null;
+  /** An earlier leader may have applied it (a keyed write sent again to a new one): a 503 must not say "nothing was applied". */
+  sentBefore: boolean;
   done: boolean;
 }
 
@@ -171,7 +173,7 @@ export class LeaderLink implements CommandSink {
     const id = this.nextId++;
     this.pendingCommands++;
     this.pendingBytes += bytes;
-    this.waiting.push({ command: { ...command, id }, edgeId: command.id, reply, deadlineMs: performance.now() + this.options.forwardTimeoutMs, bytes, sentTo: null, done: false });
+    this.waiting.push({ command: { ...command, id }, edgeId: command.id, reply, deadlineMs: performance.now() + this.options.forwardTimeoutMs, bytes, sentTo: null, sentBefore: false, done: false });
     // One frame per turn: the commands of this turn go together after it.
     if (!this.scheduled) {
       this.scheduled = true;
@@ -212,7 +214,7 @@ export class LeaderLink implements CommandSink {
     for (const exchange of this.exchanges) exchange.abort();
     this.agents.http.destroy();
     this.agents.https.destroy();
-    for (const f of waiting) this.refuse(f, stoppingMessage(f.sentTo !== null));
+    for (const f of waiting) this.refuse(f, stoppingMessage(f.sentTo !== null || f.sentBefore));
     if (this.pendingCommands === 0) return Promise.resolve();
     return new Promise((resolve) => {
       this.answeredAll = resolve;
@@ -258,7 +260,7 @@ export class LeaderLink implements CommandSink {
     const keep: Forward[] = [];
     for (const f of this.waiting) {
       if (f.deadlineMs > now) keep.push(f);
-      else if (f.sentTo === null) this.refuse(f, `no leader took the write within ${this.options.forwardTimeoutMs} ms (a leader change, or the leader cannot be reached); nothing was applied`);
+      else if (f.sentTo === null && !f.sentBefore) this.refuse(f, `no leader took the write within ${this.options.forwardTimeoutMs} ms (a leader change, or the leader cannot be reached); nothing was applied`);
       else this.refuse(f, `the leader did not answer within ${this.options.forwardTimeoutMs} ms; the write may or may not have been applied: retry it with the same Idempotency-Key`);
     }
     this.waiting = keep;
@@ -274,6 +276,7 @@ export class LeaderLink implements CommandSink {
       if (f.sentTo === null || (target !== 'self' && sameTarget(f.sentTo, target))) keep.push(f);
       else if (f.command.idempotencyKey !== '' && this.options.keysRemembered) {
         f.sentTo = null;
+        f.sentBefore = true;
         keep.push(f);
       } else this.refuse(f, 'the leader changed before it answered; the write may or may not have been applied: retry it with an Idempotency-Key to be safe');
     }
@@ -427,7 +430,7 @@ export class LeaderLink implements CommandSink {
   private again(target: LeaderTarget, frame: Forward[], mayBeApplied: boolean): void {
     const back = frame.filter((f) => !f.done);
     if (this.stopped) {
-      for (const f of back) this.refuse(f, stoppingMessage(mayBeApplied || f.sentTo !== null));
+      for (const f of back) this.refuse(f, stoppingMessage(mayBeApplied || f.sentTo !== null || f.sentBefore));
       return;
     }
     if (mayBeApplied) for (const f of back) f.sentTo = target;

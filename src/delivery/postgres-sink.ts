@@ -11,12 +11,12 @@
 // and recreated (a new oid), or a new database (no row), gets every retained record; a table
 // from before this position table (rows, no position row) resumes after its highest seq.
 //
-// Exactly once: `seq` is the primary key and the insert says ON CONFLICT (seq) DO NOTHING, which
-// absorbs a batch stored twice (the late commit of one given up on). But every row already there
-// is compared with the one being delivered: a different one means the table holds another
-// journal's records (another intake writing to it): nothing is stored and delivery stops with
-// SinkMismatchError. A row another connection committed meanwhile (not in the statement's
-// snapshot, skipped by the conflict clause) rolls the batch back; the retry compares it.
+// Exactly once: a batch is a compare-and-set on the position row (deliver()), so a batch that
+// another connection delivered first (a late commit of one given up on, a former leader's) stores
+// nothing. Every row already there is compared with the one being delivered: a different one
+// means the table holds another journal's records (another intake writing to it): nothing is
+// stored and delivery stops with SinkMismatchError. A row another connection committed meanwhile
+// (not in the statement's snapshot) fails the insert on the primary key; the retry compares it.
 //
 // A connection the loop gave up on (a stall) may still be running its last statement: the next
 // open() ends its backend and waits until it is gone before it reads the position, so the
@@ -36,6 +36,8 @@ export const POSITIONS_TABLE = 'intake_sink_positions';
 /** How long open() waits for the backend of a connection it gave up on to be gone. */
 const ABANDONED_WAIT_MS = 5_000;
 const APPLICATION_NAME = 'intake-delivery';
+/** SQLSTATE unique_violation: a row another connection committed after this statement's snapshot. */
+const UNIQUE_VIOLATION = '23505';
 
 /** What the position row keeps of the record at its seq: a hash of its exported line. */
 export function recordHash(line: string): string {
@@ -188,50 +190,75 @@ export class PostgresSink implements Sink {
     const client = this.client;
     const epoch = this.epoch;
     if (client === null) throw new Error('not connected to PostgreSQL');
+    const first = batch[0]!;
     const last = batch[batch.length - 1]!;
+    // One statement, one implicit transaction: no round trip of ours sits inside a transaction.
+    // (With BEGIN, the statement and COMMIT apart, a leader frozen or lost between them left
+    // its backend idle in transaction, holding the rows' locks: the new leader's delivery
+    // waited on them for as long as that backend lived. Found by a review.)
+    //
+    // A compare-and-set on the position row: `pos` locks it (FOR UPDATE: another connection's
+    // batch waits for this one to commit, then sees the position it moved), and when it says
+    // that this table already got records at or past this batch's first, another connection
+    // delivered them (a former leader resumed after a freeze, or the new one while this node
+    // was frozen): nothing is stored, `moved` says so and the loop reads the position again.
+    // Before, such a batch was only absorbed by ON CONFLICT, row by row: rows a consumer had
+    // deleted meanwhile were stored again, and the consumer got those records twice (found by a
+    // review). With no position row yet (a table's first batch), nothing is locked; rows
+    // another connection committed after this statement's snapshot then fail the insert on the
+    // primary key (the statement rolls back, and the retry compares them).
+    //
     // One parameter whatever the batch size: the exported lines, already JSON, as one array; the
     // server takes the columns out of it. (Eight array parameters cost the client a second
-    // serialization of every record plus node-postgres escaping each element.) In one
-    // statement: compare the rows already there (`held`; `bad` is the first that differs),
-    // insert the others and move the position, unless one differs.
-    await client.query('BEGIN');
-    const result = await client.query<{ inserted: number; held: number; bad: string | null }>(
-      `WITH input AS (
-         SELECT (r->>'seq')::bigint AS seq, r->>'workspace' AS workspace, r->>'kind' AS kind, (r->>'at')::bigint AS at,
-                r->>'did' AS did, r->>'sid' AS sid, r->>'customer' AS customer, r->'data' AS data
-         FROM jsonb_array_elements($1::jsonb) AS r
-       ),
-       held AS (
-         SELECT i.seq, (t.workspace, t.kind, t.at, t.did, t.sid, t.customer, t.data) IS NOT DISTINCT FROM (i.workspace, i.kind, i.at, i.did, i.sid, i.customer, i.data) AS same
-         FROM input i JOIN ${this.quoted} t ON t.seq = i.seq
-       ),
-       bad AS (SELECT min(seq) AS seq FROM held WHERE NOT same),
-       inserted AS (
-         INSERT INTO ${this.quoted} (seq, workspace, kind, at, did, sid, customer, data)
-         SELECT seq, workspace, kind, at, did, sid, customer, data FROM input WHERE (SELECT seq FROM bad) IS NULL
-         ON CONFLICT (seq) DO NOTHING
-         RETURNING 1
-       ),
-       position AS (
-         INSERT INTO ${this.positions} AS p (table_name, table_oid, seq, record_hash)
-         SELECT $2::text, to_regclass($3::text)::oid, $4::bigint, $5::text WHERE (SELECT seq FROM bad) IS NULL
-         ON CONFLICT (table_name) DO UPDATE SET table_oid = EXCLUDED.table_oid, seq = EXCLUDED.seq, record_hash = EXCLUDED.record_hash
-         -- never backwards (a late commit of a batch given up on), but a new table starts anew
-         WHERE p.table_oid IS DISTINCT FROM EXCLUDED.table_oid OR p.seq < EXCLUDED.seq
-         RETURNING 1
-       )
-       SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM held WHERE same)::int AS held, (SELECT seq FROM bad) AS bad`,
-      [postgresRows(batch), this.tableName, this.quoted, last.seq, recordHash(last.line)],
-    );
-    const { inserted, held, bad } = result.rows[0]!;
-    if (bad !== null || inserted + held !== batch.length) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      if (bad !== null) {
-        throw new SinkMismatchError(`table ${this.table} holds a different record ${bad} than this journal: it belongs to another journal (another intake writing to it?)`);
+    // serialization of every record plus node-postgres escaping each element.) Rows already
+    // there are compared (`held`; `bad` is the first that differs) and not inserted again.
+    let result: pg.QueryResult<{ inserted: number; held: number; bad: string | null; moved: boolean }>;
+    try {
+      result = await client.query(
+        `WITH pos AS (
+           SELECT p.seq, p.table_oid = to_regclass($3::text)::oid AS current FROM ${this.positions} p WHERE p.table_name = $2 FOR UPDATE
+         ),
+         moved AS (SELECT EXISTS (SELECT 1 FROM pos WHERE pos.current AND pos.seq >= $6::bigint) AS yes),
+         input AS (
+           SELECT (r->>'seq')::bigint AS seq, r->>'workspace' AS workspace, r->>'kind' AS kind, (r->>'at')::bigint AS at,
+                  r->>'did' AS did, r->>'sid' AS sid, r->>'customer' AS customer, r->'data' AS data
+           FROM jsonb_array_elements($1::jsonb) AS r
+         ),
+         held AS (
+           SELECT i.seq, (t.workspace, t.kind, t.at, t.did, t.sid, t.customer, t.data) IS NOT DISTINCT FROM (i.workspace, i.kind, i.at, i.did, i.sid, i.customer, i.data) AS same
+           FROM input i JOIN ${this.quoted} t ON t.seq = i.seq
+         ),
+         bad AS (SELECT min(seq) AS seq FROM held WHERE NOT same),
+         go AS (SELECT NOT (SELECT yes FROM moved) AND (SELECT seq FROM bad) IS NULL AS ok),
+         inserted AS (
+           INSERT INTO ${this.quoted} (seq, workspace, kind, at, did, sid, customer, data)
+           SELECT seq, workspace, kind, at, did, sid, customer, data FROM input
+           WHERE (SELECT ok FROM go) AND seq NOT IN (SELECT seq FROM held)
+           RETURNING 1
+         ),
+         position AS (
+           INSERT INTO ${this.positions} AS p (table_name, table_oid, seq, record_hash)
+           SELECT $2::text, to_regclass($3::text)::oid, $4::bigint, $5::text WHERE (SELECT ok FROM go)
+           ON CONFLICT (table_name) DO UPDATE SET table_oid = EXCLUDED.table_oid, seq = EXCLUDED.seq, record_hash = EXCLUDED.record_hash
+           -- never backwards, but a new table starts anew
+           WHERE p.table_oid IS DISTINCT FROM EXCLUDED.table_oid OR p.seq < EXCLUDED.seq
+           RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM held WHERE same)::int AS held, (SELECT seq FROM bad) AS bad, (SELECT yes FROM moved) AS moved`,
+        [postgresRows(batch), this.tableName, this.quoted, last.seq, recordHash(last.line), first.seq],
+      );
+    } catch (error) {
+      if ((error as { code?: string }).code === UNIQUE_VIOLATION) {
+        throw new Error(`table ${this.table}: some of records ${first.seq}..${last.seq} were written by another connection meanwhile; comparing them again`);
       }
-      throw new Error(`table ${this.table}: ${batch.length - inserted - held} of records ${batch[0]!.seq}..${last.seq} were written by another connection meanwhile; comparing them again`);
+      throw error;
     }
-    await client.query('COMMIT');
+    const { inserted, held, bad, moved } = result.rows[0]!;
+    if (moved) throw new Error(`table ${this.table} already got records from ${first.seq} on through another connection (a former or a newer leader): reading its position again`);
+    if (bad !== null) {
+      throw new SinkMismatchError(`table ${this.table} holds a different record ${bad} than this journal: it belongs to another journal (another intake writing to it?)`);
+    }
+    if (inserted + held !== batch.length) throw new Error(`table ${this.table}: stored ${inserted + held} of records ${first.seq}..${last.seq}`);
     if (epoch !== this.epoch) throw new Error('connection closed');
     return { records: batch.length, marker: null };
   }
