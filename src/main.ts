@@ -248,6 +248,8 @@ async function main(): Promise<void> {
         leadingChanged?.(on);
       },
       keepAfter,
+      sinkPositions: () => delivery.positions(),
+      adoptSinkPositions: (positions) => delivery.adopt(positions),
     });
     node = new ClusterNode(
       { url: settings.clusterPostgresUrl, cluster: settings.clusterName, leaseMs: settings.clusterLeaseMs, journalRetentionSeconds: settings.journalRetentionSeconds },
@@ -255,6 +257,7 @@ async function main(): Promise<void> {
       log,
       (clusterCounters = clusterMetrics(metrics.registry, () => node)),
     );
+    delivery.onDelivered = () => node?.sinkPositionsChanged();
     // The leader stores each snapshot it completes in PostgreSQL, for nodes that join.
     writer.onWritten((meta) => node?.snapshotWritten(meta));
     node.onFatal = (error) => {

@@ -280,6 +280,14 @@ describe('cluster mode', () => {
         const b = await c.add();
         for (let i = 0; i < 3; i++) await writeEveryKind(a, `s${i}`);
         await waitForHeld(target, (await a.status()).appliedSeq);
+        // The sink's gauges come from the node that delivers: a follower's position stops where
+        // it last led, and its lag grew without end.
+        const gauges = async (node: TestNode) => (await node.request('/metrics', undefined, { key: null })).text.split('\n').filter((line) => /^intake_sink_(up|lag_records|delivered_seq)\{/.test(line));
+        await until('the leader to show the sink up, with no lag', async () => {
+          const lines = await gauges(a);
+          return lines.includes(`intake_sink_up{sink="${harness.name}"} 1`) && lines.includes(`intake_sink_lag_records{sink="${harness.name}"} 0`);
+        });
+        assert.deepEqual(await gauges(b), [], 'no sink gauges on a follower');
         await a.kill();
         const leader = await c.leader(10_000);
         assert.equal(leader, b);
@@ -287,13 +295,14 @@ describe('cluster mode', () => {
         const exported = exportLines(b.dataDir, 'events');
         const held = await waitForHeld(target, exported.length);
         assert.deepEqual(held.records, exported, 'every record once, in seq order, across the leader change');
+        await until('the new leader to show the sink up', async () => (await gauges(b)).includes(`intake_sink_up{sink="${harness.name}"} 1`));
       } finally {
         await target.cleanup();
       }
     });
   }
 
-  for (const harness of [postgresHarness]) {
+  for (const harness of SINK_HARNESSES) {
     test(`${harness.name}: a leader frozen past its lease while it delivers, resumed after the new leader delivered to a consumer that removes what it reads: no record reaches the consumer twice`, async () => {
       // The former leader's delivery thread goes on for a moment after SIGCONT, with the batch it
       // held: PostgreSQL stored its rows again (the consumer had deleted them; found by a

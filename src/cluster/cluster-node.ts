@@ -27,6 +27,7 @@
 // after the commit), and follows again from there: same process, no restart.
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
+import type { SinkPosition } from '../delivery/delivery.ts';
 import { exportLine } from '../journal/export-line.ts';
 import { NotLeadingError, type RemoteCommit } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
@@ -38,6 +39,7 @@ import { ClusterSnapshots, type StoredSnapshot } from './cluster-snapshots.ts';
 import { Lease, type LeaseState } from './lease.ts';
 import { closeClient, connectClient, LazyClient } from './pg-client.ts';
 import { channelOf, ensureClusterRows, ensureSchema } from './schema.ts';
+import { readSinkPositions, saveSinkPositions } from './sink-positions.ts';
 
 /** Batches read per round trip while replicating (each at most JOURNAL_MAX_BATCH_RECORDS). */
 const REPLICATION_BATCHES = 16;
@@ -70,6 +72,8 @@ const QUERY_TIMEOUT_MS = 10_000;
 const TRIM_EVERY_MS = 60_000;
 /** A node that does not lead reads how far the leader trimmed the cluster's journal this often. */
 const TRIMMED_CHECK_EVERY_MS = 10_000;
+/** The leader copies its sinks' positions to PostgreSQL after each batch a sink confirmed, at most this often (sink-positions.ts). */
+const SINK_POSITIONS_GAP_MS = 100;
 /** Journal batches deleted per retention statement (each statement is one short transaction). */
 const TRIM_BATCHES_PER_STATEMENT = 1_000;
 
@@ -102,6 +106,10 @@ export interface ClusterHost {
   localRecord(seq: number): JournalRecord | null;
   /** Leader only: delivery downstream. */
   leading(on: boolean): void;
+  /** Every sink's confirmed position saved on this node (shared through PostgreSQL while it leads). */
+  sinkPositions(): SinkPosition[];
+  /** Takes positions the cluster saved where they are ahead of this node's own; before delivery starts. */
+  adoptSinkPositions(positions: readonly SinkPosition[]): Promise<number>;
   /** Retention keeps every record after this seq (sinks' confirmed position, oldest remembered key − 1); null: no such limit. */
   keepAfter(): number | null;
   /** Hands the chunks of local snapshot `meta` to `each`, a few at a time, in order. */
@@ -241,6 +249,13 @@ export class ClusterNode {
   private uploading: Promise<void> | null = null;
   private trimming: Promise<void> | null = null;
   private trimTimer: NodeJS.Timeout | null = null;
+  private positionsTimer: NodeJS.Timeout | null = null;
+  private positionsSharedAtMs = -Infinity;
+  /** The sink positions last saved in PostgreSQL (JSON), so that unchanged ones are not written again. */
+  private sharedPositions = '';
+  private sharingPositions = false;
+  /** A batch was confirmed while a copy was under way: another copy follows. */
+  private positionsPending = false;
 
   constructor(settings: ClusterNodeSettings, host: ClusterHost, log: Logger, metrics: ClusterMetrics) {
     this.settings = settings;
@@ -403,6 +418,7 @@ export class ClusterNode {
     this.roleNow = 'stopped';
     if (this.electionTimer !== null) clearTimeout(this.electionTimer);
     if (this.trimTimer !== null) clearInterval(this.trimTimer);
+    if (this.positionsTimer !== null) clearTimeout(this.positionsTimer);
     if (this.notifyTimer !== null) clearTimeout(this.notifyTimer);
     this.notifyTimer = null;
     this.uploadNext = null;
@@ -771,11 +787,66 @@ export class ClusterNode {
   private async promote(): Promise<void> {
     await this.host.whenApplied();
     if (this.roleNow !== 'candidate') return;
+    await this.takeSinkPositions();
+    if (this.roleNow !== 'candidate') return;
     const epoch = this.epochNow;
     this.host.lead(epoch, (firstSeq, records, bytes) => this.commit(epoch, firstSeq, records, bytes));
     this.roleNow = 'leader';
     this.host.leading(true);
     this.log.info({ epoch, appliedSeq: this.host.appliedSeq() }, 'leading: accepting writes');
+  }
+
+  /**
+   * The sinks' positions the former leaders saved, for this node's delivery to start from
+   * (sink-positions.ts). PostgreSQL unreachable: delivery starts from this node's own, and the
+   * log says what that may cost.
+   */
+  private async takeSinkPositions(): Promise<void> {
+    try {
+      const saved = await this.reader.use((client) => readSinkPositions(client, this.settings.cluster));
+      const adopted = await this.host.adoptSinkPositions(saved);
+      if (adopted > 0) this.log.info({ positions: saved }, 'delivery starts from the sink positions the former leader saved');
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not read the sink positions the former leader saved; delivery starts from this node\'s own (a NATS stream that removes messages may get records again)');
+    }
+  }
+
+  /**
+   * A sink confirmed a batch: the leader copies the positions to PostgreSQL at once, or
+   * SINK_POSITIONS_GAP_MS after the last copy (sink-positions.ts). At once matters for the first
+   * one: a leader lost before any copy left its successor no position at all.
+   */
+  sinkPositionsChanged(): void {
+    if (this.roleNow !== 'leader' || !this.running || this.positionsTimer !== null) return;
+    if (this.sharingPositions) {
+      this.positionsPending = true;
+      return;
+    }
+    const delayMs = Math.max(0, this.positionsSharedAtMs + SINK_POSITIONS_GAP_MS - performance.now());
+    this.positionsTimer = setTimeout(() => {
+      this.positionsTimer = null;
+      void this.shareSinkPositions();
+    }, delayMs);
+    this.positionsTimer.unref();
+  }
+
+  private async shareSinkPositions(): Promise<void> {
+    if (this.roleNow !== 'leader' || this.sharingPositions) return;
+    const positions = this.host.sinkPositions();
+    const text = JSON.stringify(positions);
+    if (positions.length === 0 || text === this.sharedPositions) return;
+    this.sharingPositions = true;
+    this.positionsPending = false;
+    this.positionsSharedAtMs = performance.now();
+    try {
+      await this.upkeep.use((client) => saveSinkPositions(client, this.settings.cluster, this.epochNow, positions));
+      this.sharedPositions = text;
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not save the sink positions in PostgreSQL; trying again after the next batch');
+    } finally {
+      this.sharingPositions = false;
+    }
+    if (this.positionsPending) this.sinkPositionsChanged();
   }
 
   private async commit(epoch: number, firstSeq: number, records: JournalRecord[], bytes: Uint8Array): Promise<void> {

@@ -14,6 +14,7 @@
 // local journal is touched, so a crash at any point leaves a data directory recovery accepts
 // (the snapshot, and a local journal that starts at or before it).
 import type { ProfileInterner } from '../actors/interner.ts';
+import type { SinkPosition } from '../delivery/delivery.ts';
 import { faultPoint } from '../config/fault-points.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
@@ -52,6 +53,9 @@ export interface NodeStateDeps {
   leading(on: boolean): void;
   /** Records after this seq must be kept (undelivered to a sink, or a remembered key's record and after); null: no such limit. */
   keepAfter(): number | null;
+  /** Delivery's saved sink positions, and taking the cluster's (Delivery.positions, adopt). */
+  sinkPositions(): SinkPosition[];
+  adoptSinkPositions(positions: readonly SinkPosition[]): Promise<number>;
   log: Logger;
 }
 
@@ -125,6 +129,14 @@ export class NodeState implements ClusterHost {
 
   keepAfter(): number | null {
     return this.deps.keepAfter();
+  }
+
+  sinkPositions(): SinkPosition[] {
+    return this.deps.sinkPositions();
+  }
+
+  adoptSinkPositions(positions: readonly SinkPosition[]): Promise<number> {
+    return this.deps.adoptSinkPositions(positions);
   }
 
   async readSnapshot(meta: SnapshotMeta, each: (first: number, chunks: Buffer[]) => Promise<void>): Promise<void> {

@@ -82,6 +82,16 @@ const DDL = [
      created_at bigint NOT NULL,
      revoked_at bigint,
      PRIMARY KEY (cluster, hash))`,
+  // Each sink's last confirmed position (seq, and the sink's marker: NATS's stream creation time
+  // and stream sequence) as the leader of `epoch` saved it (sink-positions.ts): a new leader
+  // starts from it when its own is behind.
+  `CREATE TABLE IF NOT EXISTS ${SCHEMA}.sink_positions (
+     cluster text,
+     sink text,
+     epoch bigint NOT NULL,
+     seq bigint NOT NULL,
+     marker jsonb,
+     PRIMARY KEY (cluster, sink))`,
   // Bumped in the transaction of every key change; each node polls it (every 250 ms).
   `CREATE TABLE IF NOT EXISTS ${SCHEMA}.keys_version (
      cluster text PRIMARY KEY,

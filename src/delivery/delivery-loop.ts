@@ -38,7 +38,8 @@ export interface DeliveryOptions {
 /** What the loop tells the main thread (metrics). */
 export interface DeliveryReport {
   state(sink: string, up: boolean): void;
-  delivered(sink: string, seq: number, records: number, seconds: number): void;
+  /** `confirmed`: the sink's position after the batch (seq and marker), as it will be saved. */
+  delivered(sink: string, seq: number, records: number, seconds: number, confirmed: Confirmed): void;
   /** Where the sink was found when delivery (re)connected. */
   position(sink: string, seq: number): void;
   /** A sink call did not return within the stall timeout. */
@@ -144,7 +145,7 @@ export class DeliveryLoop {
         this.position = batch[delivered.records - 1]!.seq;
         this.marker = delivered.marker;
         this.confirmed = { seq: this.position, marker: this.marker };
-        this.report.delivered(this.sink.kind, this.position, delivered.records, (performance.now() - startedAt) / 1000);
+        this.report.delivered(this.sink.kind, this.position, delivered.records, (performance.now() - startedAt) / 1000, this.confirmed);
         this.markUp();
         retryMs = RETRY_FIRST_MS;
         if (!this.sink.keepsPosition || performance.now() - this.savedAt >= SAVE_EVERY_MS) void this.savePosition();

@@ -5,13 +5,13 @@
 // in LMDB, and reports progress to the main thread for /metrics. It beats a heartbeat into the
 // shared buffer (durable-signal.ts): the main thread restarts a worker whose beats stop.
 import { parentPort, workerData } from 'node:worker_threads';
-import type { Database } from 'lmdb';
 import { openStore } from '../journal/store.ts';
 import { createLogger } from '../telemetry/logger.ts';
 import { DeliveryLoop, type DeliveryOptions, type DeliveryReport, type Positions } from './delivery-loop.ts';
 import { DurableSignal, heartbeatMs } from './durable-signal.ts';
 import { JournalReader } from './journal-reader.ts';
 import { NatsSink } from './nats-sink.ts';
+import { readConfirmed, saveConfirmed } from './positions.ts';
 import { PostgresSink } from './postgres-sink.ts';
 import type { Confirmed, Sink, SinkConfig } from './sink.ts';
 
@@ -28,21 +28,12 @@ export interface DeliveryWorkerData {
 
 export type WorkerMessage =
   | { type: 'state'; sink: string; up: boolean }
-  | { type: 'delivered'; sink: string; seq: number; records: number; seconds: number }
+  | { type: 'delivered'; sink: string; seq: number; records: number; seconds: number; confirmed: Confirmed }
   | { type: 'position'; sink: string; seq: number }
   | { type: 'stalled'; sink: string }
   | { type: 'stopped' };
 
 export type MainMessage = { type: 'stop' };
-
-/**
- * LMDB key of a sink's saved `Confirmed` (seq and marker together, so they always belong to one
- * another). The sink id's own key keeps the seq alone: the main thread reads it for retention
- * and metrics. A sink id starts with its kind (`nats:`, `postgres:`), so this key is no sink id.
- */
-function confirmedKey(id: string): string {
-  return `confirmed:${id}`;
-}
 
 function createSink(config: SinkConfig): Sink {
   return config.kind === 'nats' ? new NatsSink(config) : new PostgresSink(config);
@@ -57,27 +48,13 @@ function main(): void {
   const post = (message: WorkerMessage): void => port.postMessage(message);
   const report: DeliveryReport = {
     state: (sink, up) => post({ type: 'state', sink, up }),
-    delivered: (sink, seq, records, seconds) => post({ type: 'delivered', sink, seq, records, seconds }),
+    delivered: (sink, seq, records, seconds, confirmed) => post({ type: 'delivered', sink, seq, records, seconds, confirmed }),
     position: (sink, seq) => post({ type: 'position', sink, seq }),
     stalled: (sink) => post({ type: 'stalled', sink }),
   };
-  const confirmedDb = store.delivery as unknown as Database<Confirmed, string>;
   const positions: Positions = {
-    get(id) {
-      const confirmed = confirmedDb.get(confirmedKey(id));
-      if (confirmed !== undefined) return { seq: confirmed.seq, marker: confirmed.marker ?? null };
-      // Saved by an intake before markers: the seq alone.
-      const seq = store.delivery.get(id);
-      return seq === undefined ? null : { seq, marker: null };
-    },
-    save(id, confirmed) {
-      // Both in one write transaction: lmdb-js commits the writes of one event turn together
-      // (eventTurnBatching, on by default). Plain puts, not transaction(): its callback would
-      // run on this thread while holding LMDB's write lock, which the journal's commits wait for.
-      const saved = confirmedDb.put(confirmedKey(id), confirmed);
-      void store.delivery.put(id, confirmed.seq);
-      return saved;
-    },
+    get: (id) => readConfirmed(store, id),
+    save: (id, confirmed) => saveConfirmed(store, id, confirmed),
   };
   // Room for two full delivery batches: sinks that keep up read the same records one after the other.
   const reader = new JournalReader(store.journal, 2 * data.options.batchRecords, 2 * data.options.batchBytes);

@@ -19,7 +19,14 @@ import { moduleUrl, startThread } from '../workers/threads.ts';
 import type { DeliveryWorkerData, MainMessage, WorkerMessage } from './delivery-worker.ts';
 import { DurableSignal, watchHeartbeat } from './durable-signal.ts';
 import { sinkConfigs } from './sink-config.ts';
-import { sinkId, type SinkConfig } from './sink.ts';
+import { readConfirmed, saveConfirmed } from './positions.ts';
+import { sinkId, type Confirmed, type SinkConfig } from './sink.ts';
+
+/** A sink's id (sink.ts sinkId) and the position it confirmed. */
+export interface SinkPosition {
+  sink: string;
+  confirmed: Confirmed;
+}
 
 /** A worker that died (a bug, an out-of-memory) is started again after this. */
 const RESTART_AFTER_MS = 1_000;
@@ -40,6 +47,10 @@ export class Delivery {
   private stopping = false;
   private watchingDurable = false;
   private stopped: (() => void) | null = null;
+  /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
+  private readonly reported = new Map<string, Confirmed>();
+  /** Called after each batch a sink confirmed (cluster mode: the leader shares the positions). */
+  onDelivered: (() => void) | null = null;
 
   constructor(settings: Settings, store: Store, journal: Journal, metrics: Metrics, log: Logger) {
     this.settings = settings;
@@ -64,6 +75,7 @@ export class Delivery {
   start(): void {
     if (!this.enabled || this.worker !== null) return;
     this.stopping = false;
+    this.metrics?.deliveringNow(true);
     this.signal.publish(this.journal.durableSeq);
     if (!this.watchingDurable) {
       this.watchingDurable = true;
@@ -81,9 +93,43 @@ export class Delivery {
     return Math.min(...this.configs.map((config) => this.store.delivery.get(sinkId(config)) ?? 0));
   }
 
+  /** Every configured sink's saved position (cluster mode: the leader shares them, cluster/sink-positions.ts). */
+  positions(): SinkPosition[] {
+    const out: SinkPosition[] = [];
+    for (const config of this.configs) {
+      const id = sinkId(config);
+      const saved = readConfirmed(this.store, id);
+      const reported = this.reported.get(id) ?? null;
+      const confirmed = saved === null || (reported !== null && reported.seq > saved.seq) ? reported : saved;
+      if (confirmed !== null) out.push({ sink: id, confirmed });
+    }
+    return out;
+  }
+
+  /**
+   * Takes positions another node saved (cluster mode: the former leader's, read when this node
+   * starts leading) where they are ahead of this node's own, before delivery starts. Without
+   * them a node that never delivered found a NATS stream its consumer had emptied, knew none
+   * of it, and published the whole journal again (found by a review). Any position a sink
+   * confirmed is a right one to start from: open() asks the sink where it stands.
+   */
+  async adopt(positions: readonly SinkPosition[]): Promise<number> {
+    const configured = new Set(this.configs.map(sinkId));
+    let adopted = 0;
+    for (const { sink, confirmed } of positions) {
+      if (!configured.has(sink) || this.worker !== null) continue;
+      const own = readConfirmed(this.store, sink);
+      if (own !== null && own.seq >= confirmed.seq) continue;
+      await saveConfirmed(this.store, sink, confirmed);
+      adopted++;
+    }
+    return adopted;
+  }
+
   /** Lets each sink finish its batch and save its position; gives up after `timeoutMs`. */
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
+    this.metrics?.deliveringNow(false);
     if (this.restartTimer !== null) clearTimeout(this.restartTimer);
     this.stopWatching?.();
     const worker = this.worker;
@@ -125,7 +171,12 @@ export class Delivery {
     this.worker = worker;
     worker.on('message', (message: WorkerMessage) => {
       if (message.type === 'state') this.metrics?.state(message.sink, message.up);
-      else if (message.type === 'delivered') this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
+      else if (message.type === 'delivered') {
+        this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
+        const config = this.configs.find((c) => c.kind === message.sink);
+        if (config !== undefined) this.reported.set(sinkId(config), message.confirmed);
+        this.onDelivered?.();
+      }
       else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
       else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
       else this.stopped?.();

@@ -189,6 +189,12 @@ export class Metrics {
 /** Per sink: delivered seq, lag, up, batch latency (CONTRACT.md §11). Fed by the delivery worker's reports. */
 export class SinkMetrics {
   private readonly deliveredSeq = new Map<string, number>();
+  /**
+   * This node delivers (a single node always; in cluster mode the leader). The position, lag and
+   * up gauges have no samples on a node that does not: a follower's position stops where it last
+   * led, and its lag grew without end (found by a review), a false alarm on every follower.
+   */
+  private delivering = { now: false };
   private readonly batchSeconds: client.Histogram<'sink'>;
   private readonly records: client.Counter<'sink'>;
   private readonly up: client.Gauge<'sink'>;
@@ -198,13 +204,15 @@ export class SinkMetrics {
   constructor(registry: client.Registry, saved: ReadonlyMap<string, number>, durableSeq: () => number) {
     for (const [sink, seq] of saved) this.deliveredSeq.set(sink, seq);
     const delivered = this.deliveredSeq;
+    const delivering = this.delivering;
     new client.Gauge({
       name: 'intake_sink_delivered_seq',
       help: 'seq of the last journal record the sink confirmed',
       labelNames: ['sink'] as const,
       registers: [registry],
       collect() {
-        for (const [sink, seq] of delivered) this.labels(sink).set(seq);
+        this.reset();
+        if (delivering.now) for (const [sink, seq] of delivered) this.labels(sink).set(seq);
       },
     });
     new client.Gauge({
@@ -213,12 +221,13 @@ export class SinkMetrics {
       labelNames: ['sink'] as const,
       registers: [registry],
       collect() {
+        this.reset();
+        if (!delivering.now) return;
         const durable = durableSeq();
         for (const [sink, seq] of delivered) this.labels(sink).set(Math.max(0, durable - seq));
       },
     });
     this.up = new client.Gauge({ name: 'intake_sink_up', help: '1 while the sink confirms deliveries, 0 while it is down', labelNames: ['sink'] as const, registers: [registry] });
-    for (const sink of saved.keys()) this.up.labels(sink).set(0);
     this.batchSeconds = new client.Histogram({
       name: 'intake_sink_batch_duration_seconds',
       help: 'time from handing a batch to the sink until it confirmed it',
@@ -236,7 +245,14 @@ export class SinkMetrics {
   }
 
   state(sink: string, up: boolean): void {
-    this.up.labels(sink).set(up ? 1 : 0);
+    if (this.delivering.now) this.up.labels(sink).set(up ? 1 : 0);
+  }
+
+  /** Delivery starts (each sink down until it confirms) or stops on this node. */
+  deliveringNow(on: boolean): void {
+    this.delivering.now = on;
+    this.up.reset();
+    if (on) for (const sink of this.deliveredSeq.keys()) this.up.labels(sink).set(0);
   }
 
   /** Where the sink is found to be when delivery (re)connects. */

@@ -4,7 +4,7 @@
 // directly; nothing is mocked, and no load balancer is needed.
 import type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 import { randomBytes } from 'node:crypto';
-import { after } from 'node:test';
+import { afterEach } from 'node:test';
 import { startServer, tempDataDir, type StartOptions, type TestServer } from './server.ts';
 import { SHARED_POSTGRES_URL, withClient } from './sinks.ts';
 
@@ -91,12 +91,16 @@ export async function dropCluster(url: string, name: string): Promise<void> {
 
 /**
  * For a test file: `const cluster = clustersOfThisFile();` then `cluster(env, url)` makes a fresh
- * cluster that is destroyed (nodes killed, rows removed) after the file's tests.
+ * cluster that is destroyed (nodes killed, rows removed) after the test that made it. (After the
+ * file's tests, as before, a file's nodes all lived until its end, each holding its PostgreSQL
+ * connections: cluster.test.ts reached the server's max_connections, 100.)
  */
 export function clustersOfThisFile(): (env?: Record<string, string>, url?: string) => TestCluster {
-  const clusters: TestCluster[] = [];
-  after(async () => {
-    for (const cluster of clusters) await cluster.destroy();
+  let clusters: TestCluster[] = [];
+  afterEach(async () => {
+    const done = clusters;
+    clusters = [];
+    for (const cluster of done) await cluster.destroy();
   });
   return (env = {}, url) => {
     const c = newCluster(env, url);
