@@ -269,6 +269,7 @@ async function main(): Promise<void> {
 
   const validators = buildValidators(settings);
   const pool = new MappingPool(settings);
+  metrics.watchMappings(pool);
   const writeRoutes = buildWriteRoutes({ intake, validators, metrics, pool, offload: (size, encoding) => pool.shouldOffload(size, encoding), mappingMaxItems: settings.mappingMaxItems });
   const edgeThreads = settings.httpThreads > 1;
   // With edge threads every thread takes from the same buckets (CONTRACT.md §9: a limit is per key).

@@ -156,4 +156,55 @@ describe('the mapping workers\' queue', () => {
       await server.stop();
     }
   });
+
+  test('parsed mappings waiting for their catalog\'s turn count against MAPPING_WORKER_QUEUE_MAX: beyond it, 503 (they were counted nowhere and held memory without bound)', async () => {
+    // Two workers: the slow mapping keeps one busy for seconds while holding the catalog's line
+    // (its place is taken on arrival); small ones parse at once on the other and wait in the
+    // line behind it. Before, their results were counted nowhere: all were taken (a review
+    // held 1.2 GB with limits of 2 bodies and 8 MiB).
+    const server = await startServer({ env: { MAPPING_WORKERS: '2', MAPPING_WORKER_QUEUE_MAX: '2', MAPPING_WORKER_TIMEOUT_MS: '120000', ...BIG_LIMITS } });
+    try {
+      assert.equal((await server.post('/collection', { id: 'q', name: 'Q' })).status, 200);
+      for (let i = 0; i < 8; i++) assert.equal((await server.post('/product', { id: `b${i}`, name: `B${i}` })).status, 200);
+      const slow = postGzip(server, SLOW_PATH, slowBody());
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      const answers: Array<Promise<Response<any>>> = [];
+      let waitingSeen = 0;
+      for (let i = 0; i < 8; i++) {
+        answers.push(postGzip(server, '/collection/q/products/add', repeated(`b${i}`, 10)));
+        // One at a time, each parsed before the next arrives: the worker's queue stays empty.
+        await new Promise((resolve) => setTimeout(resolve, 60));
+        const metrics = (await server.request('/metrics', undefined, { key: null })).text;
+        waitingSeen = Math.max(waitingSeen, Number(/^intake_mapping_waiting (\d+)$/m.exec(metrics)?.[1] ?? NaN));
+      }
+      assert.equal((await slow).status, 422);
+      const statuses = (await Promise.all(answers)).map((res) => res.status);
+      assert.deepEqual(statuses, [200, 200, 503, 503, 503, 503, 503, 503], 'two may wait; the others are refused');
+      for (const res of await Promise.all(answers)) if (res.status === 503) assertBusy(res);
+      assert.equal(waitingSeen, 2, 'intake_mapping_waiting: the two parsed mappings waiting for their turn');
+      assert.deepEqual(members(server, 'q').sort(), ['b0', 'b1']);
+      assert.match((await server.request('/metrics', undefined, { key: null })).text, /^intake_mapping_waiting 0$/m, 'released once applied');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('a graceful stop answers the mappings still in or waiting for a worker 503 with Retry-After (nothing applied), not 500', async () => {
+    const server = await startServer({ env: { MAPPING_WORKERS: '1', MAPPING_WORKER_QUEUE_MAX: '4', MAPPING_WORKER_TIMEOUT_MS: '120000', ...BIG_LIMITS } });
+    const body = slowBody();
+    // About 1.5 s each in the one worker: the stop's 3 s for requests in flight end with some still waiting.
+    const answers = Array.from({ length: 5 }, () => postGzip(server, SLOW_PATH, body));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const code = server.stop();
+    const results = await Promise.all(answers);
+    assert.equal(await code, 0);
+    const statuses = results.map((res) => res.status);
+    assert.deepEqual(statuses.filter((s) => s !== 503 && s !== 422), [], `503 (or 422 when its worker finished in time), never 500: ${statuses.join(' ')}`);
+    for (const res of results.filter((r) => r.status === 503)) {
+      assert.deepEqual(res.body, { type: 'ServiceUnavailableError', message: 'the server is shutting down; the mapping was not applied' });
+      assert.equal(res.headers.get('retry-after'), '1');
+    }
+    assert.ok(statuses.filter((s) => s === 503).length >= 2, statuses.join(' '));
+    assert.equal(server.logs().some((line) => line.includes('"request failed"')), false, 'no request logged as failed');
+  });
 });

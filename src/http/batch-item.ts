@@ -5,6 +5,7 @@
 // Two moments matter to the batch (batch.ts): when the item is *decided* (applied to memory and
 // its journal record appended, or refused: the next item may run and must see its effect), and
 // when it is *final* (its answer known: for a 200, once its record is durable).
+import type { Refusal } from './write-gate.ts';
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
 import { NotLeadingError } from '../journal/journal.ts';
@@ -71,6 +72,10 @@ export class BatchItem implements WriteRequest {
 
   workersBusy(): void {
     this.error(ERRORS.serviceUnavailable, MAPPING_WORKERS_BUSY);
+  }
+
+  refused(refusal: Refusal): void {
+    this.error(ERRORS.serviceUnavailable, refusal.message);
   }
 
   // Reply: decided now, final once the journal speaks (committed / failed).

@@ -16,7 +16,7 @@ import { Drain } from './drain.ts';
 import { ERRORS } from './errors.ts';
 import { send, statusLine, type SendOptions } from './respond.ts';
 import { WriteCall } from './write-call.ts';
-import type { WriteGate } from './write-gate.ts';
+import type { Refusal, WriteGate } from './write-gate.ts';
 
 export { MAPPING_WORKERS_BUSY } from './write-call.ts';
 
@@ -51,6 +51,8 @@ export interface WriteRequest extends Reply {
   payloadTooLarge(message: string): void;
   /** Every mapping worker is busy and their queue is full: 503 with Retry-After. */
   workersBusy(retryAfterSeconds: number): void;
+  /** Not taken now (the server is stopping, say): 503 with `refusal`'s message and Retry-After; nothing was applied. */
+  refused(refusal: Refusal): void;
 }
 
 export interface WriteRoute {

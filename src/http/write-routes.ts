@@ -18,7 +18,7 @@ import type {
 } from '../schemas/endpoints.ts';
 import { validateIdParam, type BodyValidator, type Validators } from '../schemas/validators.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
-import type { MappingPool } from '../workers/mapping-pool.ts';
+import { MappingPoolClosedError, type MappingPool } from '../workers/mapping-pool.ts';
 import type { MappingTaskResult } from '../workers/mapping-result.ts';
 import type { Encoding } from './body.ts';
 import type { RouteDoc, WriteRequest, WriteRoute } from './pending-request.ts';
@@ -108,11 +108,28 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, offload
       // is kept, and a 503 depends on no write, so it need not wait for the writes before it.
       if (parsing === null) return request.workersBusy(pool!.retryAfterSeconds());
       const idDetails = validateIdParam(v, request.param);
-      // The place in line is taken now, on arrival; the worker's result is applied in it.
+      // The place in line is taken now, on arrival; the worker's result is applied in it, and
+      // counts against the pool's limits until its turn is over (mapping-pool.ts).
       const fill = catalog().reserve(request.workspace, request);
-      parsing.then(
-        (result) => fill(() => afterWorker(request, add, idDetails, result)),
-        (error: unknown) => fill(() => request.crashed(error)),
+      parsing.result.then(
+        (result) =>
+          fill(() => {
+            let applying: void | Promise<void>;
+            try {
+              applying = afterWorker(request, add, idDetails, result);
+            } catch (error) {
+              parsing.release();
+              throw error;
+            }
+            if (applying instanceof Promise) return applying.finally(parsing.release);
+            parsing.release();
+          }),
+        (error: unknown) =>
+          fill(() => {
+            parsing.release();
+            if (error instanceof MappingPoolClosedError) request.refused({ message: error.message, retryAfterSeconds: 1 });
+            else request.crashed(error);
+          }),
       );
     },
   });

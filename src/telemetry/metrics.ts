@@ -184,6 +184,11 @@ export class Metrics {
     counter('intake_idempotency_forgotten_keys_total', 'Idempotency-Keys forgotten (older than the window, or the oldest when the table was full)', () => keys.forgotten);
     readAtScrape(this.registry, 'gauge', 'intake_idempotency_keys', 'Idempotency-Keys remembered now', () => keys.size);
   }
+
+  /** Big mappings held beside those in a worker (MAPPING_WORKER_QUEUE_MAX bounds them), read at scrape. */
+  watchMappings(pool: { readonly waiting: number }): void {
+    readAtScrape(this.registry, 'gauge', 'intake_mapping_waiting', 'big mapping requests waiting: bodies for a mapping worker, parsed mappings for their catalog\'s turn', () => pool.waiting);
+  }
 }
 
 /** Per sink: delivered seq, lag, up, batch latency (CONTRACT.md §11). Fed by the delivery worker's reports. */

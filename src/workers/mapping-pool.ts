@@ -8,6 +8,12 @@
 // ran). Bodies wait in our own FIFO queue instead, bounded in tasks (MAPPING_WORKER_QUEUE_MAX)
 // and in bytes as received (MAPPING_WORKER_QUEUE_BYTES); when it is full, parse() refuses the
 // body at once and the request gets 503 with Retry-After.
+//
+// A parsed mapping then waits for its turn in its catalog's line, which can be long: workers
+// parse faster than a catalog applies big mappings (in slices, paced beside other writes). Those
+// results count against the same two limits until the route releases them (its turn is over),
+// in place of their bodies, at their own size: before, they were counted nowhere, and a burst of
+// big mappings to one catalog held 1.2 GB with limits of 2 bodies and 8 MiB (found by a review).
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Encoding } from '../http/body.ts';
@@ -63,6 +69,25 @@ interface Waiting {
 }
 
 /**
+ * The server is stopping: a body still waiting for a worker, or in one when the workers end, was
+ * not applied, and its request gets 503 with Retry-After (it got 500 InternalError, logged as a
+ * failure, before; found by a review).
+ */
+export class MappingPoolClosedError extends Error {}
+
+/** A body taken by parse(): its result, and release(), called once the result was applied (or refused). */
+export interface MappingTicket {
+  readonly result: Promise<MappingTaskResult>;
+  release(): void;
+}
+
+/** About what a parsed mapping holds while it waits for its catalog's turn (its ids as one string, their lengths and indexes, the packed copy). */
+function resultBytes(result: MappingTaskResult): number {
+  if (result.kind === 'ok') return result.text.length * 2 + result.lengths.byteLength + result.firstIndex.byteLength + result.packed.byteLength;
+  return result.kind === 'invalid' ? 64 * result.details.length : result.message.length * 2;
+}
+
+/**
  * Whether a mapping body goes to a worker raw: a function of the settings alone, so an edge thread
  * (which has no pool; it sends such a body to the state thread raw) decides as the pool would.
  */
@@ -78,6 +103,11 @@ export class MappingPool {
   private queue: Array<Waiting | null> = [];
   private head = 0;
   private queuedBytes = 0;
+  /** close() was called: tasks that fail from now on failed because the workers are ending. */
+  private closing = false;
+  /** Parsed results not yet released (waiting for, or in, their catalog's turn), and their bytes. */
+  private parsedHeld = 0;
+  private parsedHeldBytes = 0;
   /** Moving average of how long a task takes in a worker, for Retry-After. */
   private taskMs = FIRST_TASK_MS_GUESS;
   /** Settles once every worker has run a loadProbe() (so has loaded the task module): see close(). */
@@ -118,23 +148,46 @@ export class MappingPool {
     return this.queue.length - this.head;
   }
 
+  /** Mappings held beside those in a worker: bodies waiting for one, and results waiting to be applied. */
+  get waiting(): number {
+    return this.queued + this.parsedHeld;
+  }
+
   /**
    * Hands the body to a free worker, or queues it for the next one. Returns null, keeping
    * nothing, when every worker is busy and the queue is full (MAPPING_WORKER_QUEUE_MAX bodies,
    * or this one would take it over MAPPING_WORKER_QUEUE_BYTES): the caller answers 503 with
    * retryAfterSeconds().
    */
-  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): Promise<MappingTaskResult> | null {
-    if (this.pool === null) return Promise.reject(new Error('the mapping worker pool is off'));
-    const mustWait = this.running >= this.settings.mappingWorkers || this.queued > 0;
-    if (mustWait && (this.queued >= this.settings.mappingWorkerQueueMax || this.queuedBytes + body.byteLength > this.settings.mappingWorkerQueueBytes)) return null;
+  parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): MappingTicket | null {
+    if (this.pool === null) return { result: Promise.reject(new Error('the mapping worker pool is off')), release: () => undefined };
+    const mustWait = this.running >= this.settings.mappingWorkers || this.waiting > 0;
+    if (mustWait && (this.waiting >= this.settings.mappingWorkerQueueMax || this.queuedBytes + this.parsedHeldBytes + body.byteLength > this.settings.mappingWorkerQueueBytes)) return null;
     const bytes = ownBuffer(body);
     const task = { bytes, gzip: encoding === 'gzip', limitBytes, maxItems, fingerprint };
-    return new Promise<MappingTaskResult>((resolve, reject) => {
+    // From its result until release(): held at its own size.
+    const ticket = { state: 'parsing' as 'parsing' | 'held' | 'released', bytes: 0 };
+    const result = new Promise<MappingTaskResult>((resolve, reject) => {
       this.queue.push({ task, resolve, reject });
       this.queuedBytes += bytes.byteLength;
       this.startWaiting();
+    }).then((parsed) => {
+      if (ticket.state === 'parsing') {
+        ticket.state = 'held';
+        ticket.bytes = resultBytes(parsed);
+        this.parsedHeld++;
+        this.parsedHeldBytes += ticket.bytes;
+      }
+      return parsed;
     });
+    const release = (): void => {
+      if (ticket.state === 'held') {
+        this.parsedHeld--;
+        this.parsedHeldBytes -= ticket.bytes;
+      }
+      ticket.state = 'released';
+    };
+    return { result, release };
   }
 
   /** Whole seconds (1 to 60) until the queue has likely room again: what it holds, at the recent pace. */
@@ -189,7 +242,7 @@ export class MappingPool {
       },
       (error: unknown) => {
         done();
-        waiting.reject(error);
+        waiting.reject(this.closing ? new MappingPoolClosedError('the server is shutting down; the mapping was not applied') : error);
       },
     );
   }
@@ -202,11 +255,12 @@ export class MappingPool {
 
   /** Fails the bodies still waiting (the server is stopping), then ends the workers. */
   async close(): Promise<void> {
+    this.closing = true;
     const waiting = this.queue.slice(this.head);
     this.queue = [];
     this.head = 0;
     this.queuedBytes = 0;
-    for (const entry of waiting) entry?.reject(new Error('the mapping worker pool is closed'));
+    for (const entry of waiting) entry?.reject(new MappingPoolClosedError('the server is shutting down; the mapping was not applied'));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.loaded, new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_WAIT_FOR_LOAD_MS)))]);
     clearTimeout(timer);
