@@ -21,7 +21,6 @@ const batchItems = Number(process.argv[4] ?? 1_000);
 const trackPerSec = Number(process.argv[5] ?? 200);
 const concurrentBatches = Number(process.argv[6] ?? 4);
 const WARM_UP_ITEMS = 5_000;
-const RESULTS_DATE = '2026-11-24';
 
 const product = (prefix: string, i: number) => ({
   id: `${prefix}-${i}`,
@@ -143,7 +142,8 @@ async function main(): Promise<void> {
   ].join('\n');
   process.stdout.write(text);
   mkdirSync(`${ROOT}bench/results`, { recursive: true });
-  writeFileSync(`${ROOT}bench/results/${RESULTS_DATE}-batch.md`, text);
+  // The run's own date: a fixed one overwrote an earlier day's results.
+  writeFileSync(`${ROOT}bench/results/${new Date().toISOString().slice(0, 10)}-batch.md`, text);
 }
 
 runBench(main);
