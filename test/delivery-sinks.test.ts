@@ -197,6 +197,26 @@ describe('PostgreSQL sink', () => {
     assert.deepEqual(held.records[0], exported[0]);
   });
 
+  test('a table dropped and created again while delivery is connected gets every retained record, not only those after', async () => {
+    // Before, the connection opened on the old table stored its next batch in the new, empty
+    // one and moved the position there: the records before that batch never reached it.
+    const target = await postgresHarness.target();
+    targets.push(target);
+    const table = target.env.SINK_POSTGRES_TABLE!;
+    const server = await start(target.env);
+    for (let i = 0; i < 5; i++) assert.equal((await server.post('/product', { id: `p${i}`, name: 'P' })).status, 200);
+    await waitForHeld(target, 5);
+    await withClient(SHARED_POSTGRES_URL, async (client) => {
+      await client.query('BEGIN');
+      await client.query(`DROP TABLE "${table}"`);
+      await client.query(`CREATE TABLE "${table}" (seq bigint PRIMARY KEY, workspace text NOT NULL, kind text NOT NULL, at bigint NOT NULL, did text, sid text, customer text, data jsonb NOT NULL)`);
+      await client.query('COMMIT');
+    });
+    for (let i = 5; i < 10; i++) assert.equal((await server.post('/product', { id: `p${i}`, name: 'P' })).status, 200);
+    const held = await waitForHeld(target, 10);
+    assert.deepEqual(held.records, exportLines(server.dataDir, 'events'), 'all ten, once each, in order');
+  });
+
   test('a table holding another journal\'s records is left alone: delivery stops with an error, writes go on', async () => {
     const target = await postgresHarness.target();
     targets.push(target);

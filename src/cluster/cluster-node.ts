@@ -832,6 +832,9 @@ export class ClusterNode {
 
   private async shareSinkPositions(): Promise<void> {
     if (this.roleNow !== 'leader' || this.sharingPositions) return;
+    // The epoch of this leadership, taken now: after a step-down meanwhile, epochNow may be a
+    // newer leader's, and this copy must not pass the newer leader's own for its.
+    const epoch = this.epochNow;
     const positions = this.host.sinkPositions();
     const text = JSON.stringify(positions);
     if (positions.length === 0 || text === this.sharedPositions) return;
@@ -839,7 +842,7 @@ export class ClusterNode {
     this.positionsPending = false;
     this.positionsSharedAtMs = performance.now();
     try {
-      await this.upkeep.use((client) => saveSinkPositions(client, this.settings.cluster, this.epochNow, positions));
+      await this.upkeep.use((client) => saveSinkPositions(client, this.settings.cluster, epoch, positions));
       this.sharedPositions = text;
     } catch (error) {
       this.log.warn({ err: error }, 'could not save the sink positions in PostgreSQL; trying again after the next batch');

@@ -3,7 +3,7 @@
 // may be far behind or missing (it never led). A NATS stream that removes messages (WorkQueue,
 // max_age) tells nothing once emptied: without a position of the chain (a seq and its stream
 // sequence) the new leader published the whole journal again. So the leader copies its positions
-// here (about every second, when they changed), and a new leader takes them before its delivery
+// here (after each batch a sink confirmed, at most every 100 ms), and a new leader takes them before its delivery
 // starts (Delivery.adopt). A position a second old is as good as the newest: every stream
 // sequence after it can only be intake's next record (nats-sink.ts), and PostgreSQL sinks keep
 // their exact position in the sink database anyway. Rows are fenced by epoch: a former leader

@@ -49,6 +49,8 @@ export class Delivery {
   private stopped: (() => void) | null = null;
   /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
   private readonly reported = new Map<string, Confirmed>();
+  /** A worker being stopped (stop() until it ended), or null. */
+  private stoppingWorker: Promise<void> | null = null;
   /** Called after each batch a sink confirmed (cluster mode: the leader shares the positions). */
   onDelivered: (() => void) | null = null;
 
@@ -107,20 +109,26 @@ export class Delivery {
   }
 
   /**
-   * Takes positions another node saved (cluster mode: the former leader's, read when this node
-   * starts leading) where they are ahead of this node's own, before delivery starts. Without
-   * them a node that never delivered found a NATS stream its consumer had emptied, knew none
-   * of it, and published the whole journal again (found by a review). Any position a sink
-   * confirmed is a right one to start from: open() asks the sink where it stands.
+   * Takes the positions the cluster's last leader saved (read when this node starts leading),
+   * before delivery starts. Without them a node that never delivered found a NATS stream its
+   * consumer had emptied, knew none of it, and published the whole journal again (found by a
+   * review). They replace this node's own even when its seq is higher: its own may be of a
+   * stream since deleted and created again, and any position a sink confirmed in its current
+   * stream is a right one to start from (open() asks the sink where it stands, and a NATS
+   * position of the chain tells every later stream sequence's record).
    */
   async adopt(positions: readonly SinkPosition[]): Promise<number> {
+    // A worker of an earlier leadership may still be stopping: its last save must come first.
+    await this.stoppingWorker;
+    if (this.worker !== null) return 0;
     const configured = new Set(this.configs.map(sinkId));
     let adopted = 0;
     for (const { sink, confirmed } of positions) {
-      if (!configured.has(sink) || this.worker !== null) continue;
+      if (!configured.has(sink)) continue;
       const own = readConfirmed(this.store, sink);
-      if (own !== null && own.seq >= confirmed.seq) continue;
+      if (own !== null && own.seq === confirmed.seq && JSON.stringify(own.marker) === JSON.stringify(confirmed.marker)) continue;
       await saveConfirmed(this.store, sink, confirmed);
+      this.reported.delete(sink);
       adopted++;
     }
     return adopted;
@@ -142,6 +150,10 @@ export class Delivery {
       this.stopped = resolve;
       worker.once('exit', () => resolve());
     });
+    const stopping = done.then(() => {
+      if (this.stoppingWorker === stopping) this.stoppingWorker = null;
+    });
+    this.stoppingWorker = stopping;
     worker.postMessage({ type: 'stop' } satisfies MainMessage);
     this.signal.wake();
     const timer = setTimeout(() => {

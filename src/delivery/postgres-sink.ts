@@ -102,6 +102,8 @@ export class PostgresSink implements Sink {
   private readonly schema: string | null;
   private client: pg.Client | null = null;
   private backend: Backend | null = null;
+  /** The table's oid when open() read its position: a batch is stored only in that table. */
+  private tableOid: string | null = null;
   /** Backends of connections closed since: open() makes sure they are gone. */
   private closedBackends: Backend[] = [];
   /** Bumped by close(): a call given up on that finishes later leaves this object's state alone. */
@@ -132,6 +134,10 @@ export class PostgresSink implements Sink {
       `CREATE TABLE IF NOT EXISTS ${this.quoted} (seq bigint PRIMARY KEY, workspace text NOT NULL, kind text NOT NULL, at bigint NOT NULL, did text, sid text, customer text, data jsonb NOT NULL)`,
     );
     await client.query(`CREATE TABLE IF NOT EXISTS ${this.positions} (table_name text PRIMARY KEY, table_oid oid NOT NULL, seq bigint NOT NULL, record_hash text NOT NULL)`);
+    // Read before the position: a table dropped and created again in between makes the first
+    // batch fail (`changed`) and the loop read the position again.
+    const oid = await client.query<{ oid: string }>('SELECT to_regclass($1::text)::oid::text AS oid', [this.quoted]);
+    this.tableOid = oid.rows[0]?.oid ?? null;
     const position = await client.query<{ seq: string; record_hash: string; current: boolean; held: boolean }>(
       `SELECT p.seq, p.record_hash, p.table_oid = to_regclass($2::text)::oid AS current, EXISTS (SELECT 1 FROM ${this.quoted} t WHERE t.seq = p.seq) AS held
        FROM ${this.positions} p WHERE p.table_name = $1`,
@@ -208,17 +214,22 @@ export class PostgresSink implements Sink {
     // another connection committed after this statement's snapshot then fail the insert on the
     // primary key (the statement rolls back, and the retry compares them).
     //
+    // The table must still be the one open() found (`changed`): a connection opened before the
+    // table was dropped and created again stored its batch in the new, empty table and moved the
+    // position there, and the records before it never reached that table (found by a review).
+    //
     // One parameter whatever the batch size: the exported lines, already JSON, as one array; the
     // server takes the columns out of it. (Eight array parameters cost the client a second
     // serialization of every record plus node-postgres escaping each element.) Rows already
     // there are compared (`held`; `bad` is the first that differs) and not inserted again.
-    let result: pg.QueryResult<{ inserted: number; held: number; bad: string | null; moved: boolean }>;
+    let result: pg.QueryResult<{ inserted: number; held: number; bad: string | null; moved: boolean; changed: boolean }>;
     try {
       result = await client.query(
         `WITH pos AS (
            SELECT p.seq, p.table_oid = to_regclass($3::text)::oid AS current FROM ${this.positions} p WHERE p.table_name = $2 FOR UPDATE
          ),
          moved AS (SELECT EXISTS (SELECT 1 FROM pos WHERE pos.current AND pos.seq >= $6::bigint) AS yes),
+         changed AS (SELECT to_regclass($3::text)::oid IS DISTINCT FROM $7::oid AS yes),
          input AS (
            SELECT (r->>'seq')::bigint AS seq, r->>'workspace' AS workspace, r->>'kind' AS kind, (r->>'at')::bigint AS at,
                   r->>'did' AS did, r->>'sid' AS sid, r->>'customer' AS customer, r->'data' AS data
@@ -229,7 +240,7 @@ export class PostgresSink implements Sink {
            FROM input i JOIN ${this.quoted} t ON t.seq = i.seq
          ),
          bad AS (SELECT min(seq) AS seq FROM held WHERE NOT same),
-         go AS (SELECT NOT (SELECT yes FROM moved) AND (SELECT seq FROM bad) IS NULL AS ok),
+         go AS (SELECT NOT (SELECT yes FROM moved) AND NOT (SELECT yes FROM changed) AND (SELECT seq FROM bad) IS NULL AS ok),
          inserted AS (
            INSERT INTO ${this.quoted} (seq, workspace, kind, at, did, sid, customer, data)
            SELECT seq, workspace, kind, at, did, sid, customer, data FROM input
@@ -244,8 +255,8 @@ export class PostgresSink implements Sink {
            WHERE p.table_oid IS DISTINCT FROM EXCLUDED.table_oid OR p.seq < EXCLUDED.seq
            RETURNING 1
          )
-         SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM held WHERE same)::int AS held, (SELECT seq FROM bad) AS bad, (SELECT yes FROM moved) AS moved`,
-        [postgresRows(batch), this.tableName, this.quoted, last.seq, recordHash(last.line), first.seq],
+         SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM held WHERE same)::int AS held, (SELECT seq FROM bad) AS bad, (SELECT yes FROM moved) AS moved, (SELECT yes FROM changed) AS changed`,
+        [postgresRows(batch), this.tableName, this.quoted, last.seq, recordHash(last.line), first.seq, this.tableOid],
       );
     } catch (error) {
       if ((error as { code?: string }).code === UNIQUE_VIOLATION) {
@@ -253,7 +264,8 @@ export class PostgresSink implements Sink {
       }
       throw error;
     }
-    const { inserted, held, bad, moved } = result.rows[0]!;
+    const { inserted, held, bad, moved, changed } = result.rows[0]!;
+    if (changed) throw new Error(`table ${this.table} was dropped or created again since this connection read its position: reading it again`);
     if (moved) throw new Error(`table ${this.table} already got records from ${first.seq} on through another connection (a former or a newer leader): reading its position again`);
     if (bad !== null) {
       throw new SinkMismatchError(`table ${this.table} holds a different record ${bad} than this journal: it belongs to another journal (another intake writing to it?)`);

@@ -109,20 +109,13 @@ export function buildWriteRoutes({ intake, validators: v, metrics, pool, offload
       if (parsing === null) return request.workersBusy(pool!.retryAfterSeconds());
       const idDetails = validateIdParam(v, request.param);
       // The place in line is taken now, on arrival; the worker's result is applied in it, and
-      // counts against the pool's limits until its turn is over (mapping-pool.ts).
+      // counts against the pool's limits until its turn comes (mapping-pool.ts).
       const fill = catalog().reserve(request.workspace, request);
       parsing.result.then(
         (result) =>
           fill(() => {
-            let applying: void | Promise<void>;
-            try {
-              applying = afterWorker(request, add, idDetails, result);
-            } catch (error) {
-              parsing.release();
-              throw error;
-            }
-            if (applying instanceof Promise) return applying.finally(parsing.release);
             parsing.release();
+            return afterWorker(request, add, idDetails, result);
           }),
         (error: unknown) =>
           fill(() => {

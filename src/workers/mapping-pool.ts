@@ -11,9 +11,11 @@
 //
 // A parsed mapping then waits for its turn in its catalog's line, which can be long: workers
 // parse faster than a catalog applies big mappings (in slices, paced beside other writes). Those
-// results count against the same two limits until the route releases them (its turn is over),
-// in place of their bodies, at their own size: before, they were counted nowhere, and a burst of
-// big mappings to one catalog held 1.2 GB with limits of 2 bodies and 8 MiB (found by a review).
+// results count against the same two limits until the route releases them (their turn has
+// come), in place of their bodies, at their own size: before, they were counted nowhere, and a
+// burst of big mappings to one catalog held 1.2 GB with limits of 2 bodies and 8 MiB (found by
+// a review). The one a catalog is applying no longer counts: it would hold back other
+// catalogs' mappings for as long as it takes.
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Encoding } from '../http/body.ts';
@@ -75,7 +77,7 @@ interface Waiting {
  */
 export class MappingPoolClosedError extends Error {}
 
-/** A body taken by parse(): its result, and release(), called once the result was applied (or refused). */
+/** A body taken by parse(): its result, and release(), called when its catalog's turn comes (or it failed). */
 export interface MappingTicket {
   readonly result: Promise<MappingTaskResult>;
   release(): void;
@@ -193,7 +195,9 @@ export class MappingPool {
   /** Whole seconds (1 to 60) until the queue has likely room again: what it holds, at the recent pace. */
   retryAfterSeconds(): number {
     const workers = Math.max(1, this.settings.mappingWorkers);
-    const seconds = Math.ceil((((this.queued + this.running) / workers) * this.taskMs) / 1000);
+    // Parsed mappings waiting for their turn are counted as if they were still to parse: their
+    // wait is their catalog's, of the same order.
+    const seconds = Math.ceil((((this.queued + this.running + this.parsedHeld) / workers) * this.taskMs) / 1000);
     return Math.min(RETRY_AFTER_MAX_S, Math.max(RETRY_AFTER_MIN_S, seconds));
   }
 
