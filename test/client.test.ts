@@ -288,6 +288,16 @@ describe('intake/client', () => {
     }
   });
 
+  test('a url fetch cannot send to, or a key that is no header value, throws at createClient (not retried as a network error for the whole deadline)', () => {
+    for (const url of ['http://127.0.0.1:99999', 'http://user:secret@127.0.0.1:8080', 'ftp://127.0.0.1', 'not a url', 'http://']) {
+      assert.throws(() => createClient({ url, serviceKey: KEY_A }), TypeError, url);
+    }
+    for (const serviceKey of ['key\nwith-newline', ' leading-space', 'trailing-space ']) {
+      assert.throws(() => createClient({ url: 'http://127.0.0.1:8080', serviceKey }), TypeError, JSON.stringify(serviceKey));
+    }
+    assert.doesNotThrow(() => createClient({ url: 'http://127.0.0.1:8080/', serviceKey: KEY_A }).close());
+  });
+
   test('a body JSON cannot carry (a BigInt) rejects the write\'s promise; it does not throw', async () => {
     const c = client(server.url);
     const write = c.upsertProduct({ id: 'bigint', name: 'n', price: 1n as unknown as number });

@@ -126,4 +126,23 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.equal(await server.stop(), 0, server.stderr());
     assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
   });
+
+  test('/metrics counters never fall when an edge thread is replaced: its counts stay in the sum', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    // The first edge asked for its share of /metrics sends it, then throws (config/fault-points.ts).
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: `edge-collected:${marker}` } });
+    servers.push(server);
+    const statuses = await Promise.all(Array.from({ length: 60 }, (_, i) => postAlone(server.port, '/product', { id: `p${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    const upserts = async (): Promise<number> => metric((await server.request('/metrics')).text, 'intake_requests_total{route="product_upsert",status="200"}');
+    // The scrape that makes one edge fail may be answered by that very edge: its connection
+    // then closes unanswered.
+    await upserts().catch(() => null);
+    await until('the failed edge to be replaced', async () => (server.logs().some((l) => l.includes('an edge thread ended; starting another')) ? true : null), 10_000);
+    await until('both edges listening again', async () => (metric((await server.request('/metrics').catch(() => ({ text: '' }))).text, 'intake_http_threads ') === 2 ? true : null), 10_000);
+    assert.ok(existsSync(marker), 'the fault fired');
+    // Before, the replaced edge's share was gone: the counter fell (a counter reset to Prometheus).
+    assert.equal(await upserts(), 60, 'the replaced edge\'s requests still counted');
+    assert.equal(await server.stop(), 0, server.stderr());
+  });
 });

@@ -152,6 +152,17 @@ describe('npm run import', () => {
     assert.ok(!existsSync(`${file}.failed.ndjson`), 'no stale failed file after a run that failed nothing');
   });
 
+  test('a UTF-8 byte order mark at the start of the file is not part of its first line', async () => {
+    // Files saved by Excel and other Windows tools start with one: the first line failed as "not JSON".
+    const file = writeNdjson('bom.ndjson', []);
+    writeFileSync(file, `\uFEFF${JSON.stringify({ id: 'bom-1', name: 'A' })}\n${JSON.stringify({ id: 'bom-2', name: 'B' })}\n`);
+    const run = await runImport(['products', file], server.url);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stderr, /2 of 2 line\(s\) done .*2 ok, 0 failed/);
+    const ids = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').map((p) => String(p.id)).filter((id) => id.startsWith('bom-'));
+    assert.deepEqual(ids.sort(), ['bom-1', 'bom-2']);
+  });
+
   test('usage errors exit 2 and say why', async () => {
     const run = await runImport(['things', 'x.ndjson'], server.url);
     assert.equal(run.code, 2);

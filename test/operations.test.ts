@@ -2,7 +2,7 @@
 // and logs that never carry keys or bodies (CONTRACT.md §1, §3, §9).
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { createServer as createNetServer, Socket, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -91,6 +91,35 @@ describe('keys CLI', () => {
     } finally {
       await server.stop();
     }
+  });
+
+  test('a key revoked while its request\'s body is still arriving: 401 once the body is complete, nothing applied', async () => {
+    // The key is checked when the headers arrive; before, a slow upload whose key was revoked
+    // meanwhile was applied seconds later.
+    const dataDir = tempDataDir();
+    const server = await startServer({ dataDir });
+    try {
+      const created = runCli('keys', ['create', 'shop'], dataDir);
+      const key = created.stdout.trim();
+      await eventually(async () => (await server.post('/product', { id: 'early', name: 'P' }, key)).status === 200, 1000);
+      const body = JSON.stringify({ id: 'late', name: 'sent after the revocation' });
+      const socket = new Socket();
+      let answer = '';
+      socket.on('data', (chunk) => (answer += chunk));
+      await new Promise<void>((resolve) => socket.connect(server.port, '127.0.0.1', resolve));
+      socket.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${key}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(runCli('keys', ['revoke', key.slice(0, 8)], dataDir).status, 0);
+      // An invalid body as the probe: 422 (nothing applied) while the key holds, then 401.
+      await eventually(async () => (await server.post('/product', {}, key)).status === 401, 1000);
+      socket.write(body.slice(5));
+      await eventually(async () => answer.includes('\r\n\r\n'), 2000);
+      socket.destroy();
+      assert.match(answer, /^HTTP\/1\.1 401 /);
+    } finally {
+      await server.stop();
+    }
+    assert.deepEqual(exportLines(dataDir, 'products').map((p) => p.id), ['early'], 'nothing of the refused request');
   });
 
   test('keys are stored hashed: the data file holds the 12-character prefix, never the key', async () => {

@@ -86,8 +86,12 @@ async function* linesOf(file: string): AsyncGenerator<string> {
   const withoutCr = (line: string) => (line.endsWith('\r') ? line.slice(0, -1) : line);
   // The current line's pieces: only each new chunk is searched, so a line of many MB costs no more.
   const pieces: string[] = [];
+  let first = true;
   for await (const chunk of createReadStream(file, 'utf8') as AsyncIterable<string>) {
-    let start = 0;
+    // A UTF-8 byte order mark (files saved by Excel and other Windows tools) is not part of the
+    // first line: JSON.parse refused it, and that line failed (found by a review).
+    let start = first && chunk.startsWith('\uFEFF') ? 1 : 0;
+    first = false;
     for (let end = chunk.indexOf('\n'); end !== -1; end = chunk.indexOf('\n', start)) {
       pieces.push(chunk.slice(start, end));
       yield withoutCr(pieces.join(''));

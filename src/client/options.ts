@@ -68,9 +68,32 @@ function positive(name: string, value: number, allowZero = false, allowInfinity 
   return value;
 }
 
+/**
+ * A URL fetch can send to: parsed as fetch parses it, without credentials (fetch refuses them).
+ * Checked here, so that a mistyped URL throws at createClient instead of every write being
+ * retried for its whole deadline as a network error and then said to have maybe been applied
+ * (found by a review: a port out of range, credentials in the URL).
+ */
+function checkedUrl(value: unknown): string {
+  let url: URL;
+  try {
+    if (typeof value !== 'string') throw new TypeError('not a string');
+    url = new URL(value);
+  } catch {
+    throw new TypeError('intake client: url must be an http(s) URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError('intake client: url must be an http(s) URL');
+  if (url.username !== '' || url.password !== '') throw new TypeError('intake client: url must not hold credentials (the service key goes in serviceKey)');
+  return value as string;
+}
+
+/** What a header value may hold (RFC 9110 field-value, as fetch checks it): no control characters, no spaces at the ends. */
+const HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f\s](?:[^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x08\x0a-\x1f\x7f\s])?$/;
+
 export function resolveOptions(options: ClientOptions): ResolvedOptions {
-  if (typeof options.url !== 'string' || !/^https?:\/\//.test(options.url)) throw new TypeError('intake client: url must be an http(s) URL');
+  checkedUrl(options.url);
   if (typeof options.serviceKey !== 'string' || options.serviceKey === '') throw new TypeError('intake client: serviceKey is required');
+  if (!HEADER_VALUE.test(options.serviceKey)) throw new TypeError('intake client: serviceKey must be a valid header value (no control characters, no spaces at the ends)');
   const o = { ...DEFAULTS, ...stripUndefined(options) } as ResolvedOptions;
   o.url = options.url.replace(/\/+$/, '');
   positive('maxBatchItems', o.maxBatchItems);

@@ -129,7 +129,11 @@ async function run(): Promise<void> {
         gateState = message.gate;
         return;
       case 'collect':
-        void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id: message.id, json }));
+        void metrics.registry.getMetricsAsJSON().then((json) => {
+          post({ t: 'metrics', id: message.id, json });
+          // Crash tests: an edge that fails after it counted requests (its counts must stay).
+          throwPointOnce('edge-collected');
+        });
         return;
       case 'told': {
         const waiting = asked.get(message.id);

@@ -96,6 +96,8 @@ export interface RequestEnvironment {
    * thread) or the leader (a follower). Null: applied here.
    */
   link: StateLink | null;
+  /** The keys as they are now: a key revoked while its request's body was arriving is refused when the body is complete. */
+  auth: { workspaceOf(key: string): string | null };
 }
 
 /** A request of `env` is answered or aborted: graceful stop waits for none to be in flight. */
@@ -219,9 +221,19 @@ export class PendingRequest extends WriteCall {
     }
   };
 
+  /**
+   * The key was checked when the headers came; a body can take seconds more. A key revoked
+   * meanwhile gets 401 and nothing is applied (CONTRACT.md §3; before, a slow upload whose key
+   * was revoked 3 s earlier was applied; found by a review).
+   */
+  private keyRevoked(): boolean {
+    return this.env.auth.workspaceOf(this.serviceKey) !== this.workspaceName;
+  }
+
   private dispatchRaw(bytes: Buffer): void {
     const refusal = this.env.gate.refusal();
     if (refusal !== null) return this.refused(refusal);
+    if (this.keyRevoked()) return this.answerError(ERRORS.authentication);
     const link = this.env.link;
     if (link !== null) return link.submit(this, 'raw', '', bytes);
     try {
@@ -234,6 +246,7 @@ export class PendingRequest extends WriteCall {
   private dispatch(body: Record<string, unknown> | null, text: string): void {
     const refusal = this.env.gate.refusal();
     if (refusal !== null) return this.refused(refusal);
+    if (this.keyRevoked()) return this.answerError(ERRORS.authentication);
     try {
       if (!this.route.validate(this, body)) return;
       const link = this.env.link;

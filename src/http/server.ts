@@ -80,7 +80,7 @@ const SHUTTING_DOWN = 'the server is shutting down';
 export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
-  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link };
+  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link, auth };
   const rateLimits = deps.rateLimits;
   let stopping = false;
 

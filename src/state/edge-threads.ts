@@ -40,6 +40,11 @@ function freePort(host: string): Promise<number> {
 
 const EDGE_ENTRY = moduleUrl('../edge/edge-thread', import.meta.url);
 
+/** An ended edge's share of /metrics without its gauges: a gauge of a thread gone is no longer true, a count still is. */
+function countsOnly(share: unknown): unknown {
+  return Array.isArray(share) ? share.filter((metric: { type?: string }) => metric.type === 'counter' || metric.type === 'histogram') : [];
+}
+
 export interface EdgeThreadsOptions {
   count: number;
   /** The settings' own inputs: each edge parses them as the main thread did. */
@@ -68,6 +73,8 @@ class Edge {
   exited = false;
   settledWaiters: (() => void)[] = [];
   closedWaiters: (() => void)[] = [];
+  /** This edge's share of /metrics as it last sent it (prom-client JSON), or null. */
+  lastMetrics: unknown = null;
   constructor(
     readonly index: number,
     readonly worker: Worker,
@@ -83,7 +90,14 @@ export class EdgeThreads implements HttpServer {
   private gateState: GateState;
   private readonly gateTimer: NodeJS.Timeout;
   private nextCollect = 1;
-  private readonly collecting = new Map<number, { parts: unknown[]; wanted: number; done: (parts: unknown[]) => void }>();
+  private readonly collecting = new Map<number, { answered: Set<Edge>; wanted: number; done: () => void }>();
+  /**
+   * The counters and histograms of edge threads that ended (their last share of /metrics):
+   * added to every scrape, so that a thread replaced after a failure does not take its counts
+   * with it. Before, intake_requests_total fell when an edge was replaced (Prometheus reads a
+   * fall as a counter reset: a false spike in rate()); found by a review.
+   */
+  private readonly retiredMetrics: unknown[] = [];
   private stopping = false;
   port = 0;
 
@@ -144,6 +158,8 @@ export class EdgeThreads implements HttpServer {
         const served = edge.listening;
         edge.listening = false;
         edge.exited = true;
+        if (edge.lastMetrics !== null) this.retiredMetrics.push(countsOnly(edge.lastMetrics));
+        edge.lastMetrics = null;
         for (const done of edge.closedWaiters.splice(0)) done();
         for (const done of edge.settledWaiters.splice(0)) done();
         reject(new Error(`edge thread ${index} ended before it listened (exit code ${code})`));
@@ -179,10 +195,11 @@ export class EdgeThreads implements HttpServer {
         void this.runForwarded(edge, message.id, message.secret, message.bytes);
         return;
       case 'metrics': {
+        edge.lastMetrics = message.json;
         const scrape = this.collecting.get(message.id);
         if (scrape === undefined) return;
-        scrape.parts.push(message.json);
-        if (scrape.parts.length === scrape.wanted) scrape.done(scrape.parts);
+        scrape.answered.add(edge);
+        if (scrape.answered.size === scrape.wanted) scrape.done();
         return;
       }
       case 'settled':
@@ -239,25 +256,29 @@ export class EdgeThreads implements HttpServer {
     }
   }
 
-  /** Every listening edge's share of /metrics (those that do not answer in time are left out). */
+  /**
+   * Every listening edge's share of /metrics, and the ended ones' counts. An edge that does not
+   * answer in time counts with its share of the scrape before (counters never fall).
+   */
   private collect(): Promise<unknown[]> {
     const edges = this.edges.filter((e) => e.listening);
-    if (edges.length === 0) return Promise.resolve([]);
+    const shares = (): unknown[] => [...this.retiredMetrics, ...edges.flatMap((e) => (e.lastMetrics === null ? [] : [e.lastMetrics]))];
+    if (edges.length === 0) return Promise.resolve(shares());
     const id = this.nextCollect++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         const scrape = this.collecting.get(id);
         this.collecting.delete(id);
-        this.options.log.warn({ answered: scrape?.parts.length ?? 0, edges: edges.length }, 'an edge thread did not send its metrics in time');
-        resolve(scrape?.parts ?? []);
+        this.options.log.warn({ answered: scrape?.answered.size ?? 0, edges: edges.length }, 'an edge thread did not send its metrics in time; its last share counts');
+        resolve(shares());
       }, COLLECT_TIMEOUT_MS);
       this.collecting.set(id, {
-        parts: [],
+        answered: new Set(),
         wanted: edges.length,
-        done: (parts) => {
+        done: () => {
           clearTimeout(timer);
           this.collecting.delete(id);
-          resolve(parts);
+          resolve(shares());
         },
       });
       for (const edge of edges) edge.post({ t: 'collect', id });
