@@ -67,6 +67,11 @@ const COMMAND_OVERHEAD_BYTES = 256;
 /** A graceful stop waits this long at most for the answers of the writes it cut short (they are 503s made here). */
 const STOP_ANSWERS_MS = 1_000;
 
+/** A leader may have applied `f`: a POST of it got no answer, now or before a leader change. */
+function mayHaveReached(f: Forward): boolean {
+  return f.sentTo !== null || f.sentBefore;
+}
+
 function stoppingMessage(mayBeApplied: boolean): string {
   return mayBeApplied ? 'the server is shutting down; the leader did not answer, the write may or may not have been applied' : 'the server is shutting down; the write was not forwarded, nothing was applied';
 }
@@ -214,7 +219,7 @@ export class LeaderLink implements CommandSink {
     for (const exchange of this.exchanges) exchange.abort();
     this.agents.http.destroy();
     this.agents.https.destroy();
-    for (const f of waiting) this.refuse(f, stoppingMessage(f.sentTo !== null || f.sentBefore));
+    for (const f of waiting) this.refuse(f, stoppingMessage(mayHaveReached(f)));
     if (this.pendingCommands === 0) return Promise.resolve();
     return new Promise((resolve) => {
       this.answeredAll = resolve;
@@ -260,7 +265,7 @@ export class LeaderLink implements CommandSink {
     const keep: Forward[] = [];
     for (const f of this.waiting) {
       if (f.deadlineMs > now) keep.push(f);
-      else if (f.sentTo === null && !f.sentBefore) this.refuse(f, `no leader took the write within ${this.options.forwardTimeoutMs} ms (a leader change, or the leader cannot be reached); nothing was applied`);
+      else if (!mayHaveReached(f)) this.refuse(f, `no leader took the write within ${this.options.forwardTimeoutMs} ms (a leader change, or the leader cannot be reached); nothing was applied`);
       else this.refuse(f, `the leader did not answer within ${this.options.forwardTimeoutMs} ms; the write may or may not have been applied: retry it with the same Idempotency-Key`);
     }
     this.waiting = keep;
@@ -430,7 +435,7 @@ export class LeaderLink implements CommandSink {
   private again(target: LeaderTarget, frame: Forward[], mayBeApplied: boolean): void {
     const back = frame.filter((f) => !f.done);
     if (this.stopped) {
-      for (const f of back) this.refuse(f, stoppingMessage(mayBeApplied || f.sentTo !== null || f.sentBefore));
+      for (const f of back) this.refuse(f, stoppingMessage(mayBeApplied || mayHaveReached(f)));
       return;
     }
     if (mayBeApplied) for (const f of back) f.sentTo = target;

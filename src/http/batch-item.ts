@@ -5,7 +5,6 @@
 // Two moments matter to the batch (batch.ts): when the item is *decided* (applied to memory and
 // its journal record appended, or refused: the next item may run and must see its effect), and
 // when it is *final* (its answer known: for a 200, once its record is durable).
-import type { Refusal } from './write-gate.ts';
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
 import { NotLeadingError } from '../journal/journal.ts';
@@ -14,6 +13,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Encoding } from './body.ts';
 import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import { MAPPING_WORKERS_BUSY, type WriteRequest } from './pending-request.ts';
+import type { Refusal } from './write-gate.ts';
 
 export interface ItemOwner {
   /** The item is decided (called at most once, possibly from inside the actor's own call). */

@@ -75,7 +75,11 @@ interface Waiting {
  * not applied, and its request gets 503 with Retry-After (it got 500 InternalError, logged as a
  * failure, before; found by a review).
  */
-export class MappingPoolClosedError extends Error {}
+export class MappingPoolClosedError extends Error {
+  constructor() {
+    super('the server is shutting down; the mapping was not applied');
+  }
+}
 
 /** A body taken by parse(): its result, and release(), called when its catalog's turn comes (or it failed). */
 export interface MappingTicket {
@@ -107,7 +111,7 @@ export class MappingPool {
   private queuedBytes = 0;
   /** close() was called: tasks that fail from now on failed because the workers are ending. */
   private closing = false;
-  /** Parsed results not yet released (waiting for, or in, their catalog's turn), and their bytes. */
+  /** Parsed results not yet released (waiting for their catalog's turn), and their bytes. */
   private parsedHeld = 0;
   private parsedHeldBytes = 0;
   /** Moving average of how long a task takes in a worker, for Retry-After. */
@@ -246,7 +250,7 @@ export class MappingPool {
       },
       (error: unknown) => {
         done();
-        waiting.reject(this.closing ? new MappingPoolClosedError('the server is shutting down; the mapping was not applied') : error);
+        waiting.reject(this.closing ? new MappingPoolClosedError() : error);
       },
     );
   }
@@ -264,7 +268,7 @@ export class MappingPool {
     this.queue = [];
     this.head = 0;
     this.queuedBytes = 0;
-    for (const entry of waiting) entry?.reject(new MappingPoolClosedError('the server is shutting down; the mapping was not applied'));
+    for (const entry of waiting) entry?.reject(new MappingPoolClosedError());
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.loaded, new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_WAIT_FOR_LOAD_MS)))]);
     clearTimeout(timer);
