@@ -21,7 +21,11 @@ export function scriptCommand(name: string): string[] {
  * the same node flags run another compiled file (a yardstick).
  */
 export function serverCommand(script?: string): string[] {
-  const words = scriptCommand('start');
+  // BENCH_SERVER_NODE_ARGS adds node flags to every server a bench starts, for profiling:
+  // `BENCH_SERVER_NODE_ARGS='--cpu-prof --cpu-prof-dir=prof' npm run bench:batch` (node refuses
+  // --cpu-prof in NODE_OPTIONS).
+  const extra = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(/\s+/).filter((word) => word !== '');
+  const words = [...extra, ...scriptCommand('start')];
   const main = words.findIndex((word) => word.endsWith('.js'));
   return script === undefined ? words : [...words.slice(0, main), script];
 }

@@ -22,6 +22,8 @@ const BODY = Buffer.from('"body"');
 
 class Scanner {
   at = 0;
+  /** Whether value() met JSON whitespace between tokens inside the last object or array it skipped. */
+  spaced = false;
   constructor(readonly json: Buffer) {}
 
   space(): void {
@@ -75,6 +77,7 @@ class Scanner {
     if (first === QUOTE) return this.string();
     if (first === OPEN_OBJECT || first === OPEN_ARRAY) {
       let depth = 0;
+      let spaced = false;
       do {
         const byte = json[this.at];
         if (byte === QUOTE) {
@@ -83,10 +86,13 @@ class Scanner {
         }
         if (byte === OPEN_OBJECT || byte === OPEN_ARRAY) depth++;
         else if (byte === CLOSE_OBJECT || byte === CLOSE_ARRAY) depth--;
+        else if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09) spaced = true;
         this.at++;
       } while (depth > 0);
+      this.spaced = spaced;
       return;
     }
+    this.spaced = true;
     // A number, true, false or null: up to the next delimiter.
     let at = this.at;
     for (;;) {
@@ -131,9 +137,14 @@ class Scanner {
   }
 }
 
+/** Int32 slots per item in itemBodySlices()'s answer. */
+export const SLICE_SLOTS = 3;
+
 /**
  * For each of the `count` items of the batch in `json`: its body's bytes as [start, end) at
- * [2i, 2i + 1], or -1, -1 when the item has no `body`. A key given twice counts by its last
+ * [3i, 3i + 1], or -1, -1 when the item has no `body`; at 3i + 2, 1 when the body is an object
+ * or array with no JSON whitespace between its tokens (its fingerprint is then a plain hash of
+ * the bytes: compactFingerprintInto), else 0. A key given twice counts by its last
  * occurrence, as JSON.parse does. null when the bytes do not hold `count` items (not expected
  * for a body whose parsed form passed the envelope schema; the caller then has no byte ranges).
  */
@@ -144,7 +155,7 @@ export function itemBodySlices(json: Buffer, count: number): Int32Array | null {
     scanner.space();
     scanner.members(REQUESTS, (isRequests) => {
       if (!isRequests || json[scanner.at] !== OPEN_ARRAY) return scanner.value();
-      const found = new Int32Array(count * 2).fill(-1);
+      const found = new Int32Array(count * SLICE_SLOTS).fill(-1);
       let index = 0;
       scanner.at++;
       scanner.space();
@@ -158,8 +169,9 @@ export function itemBodySlices(json: Buffer, count: number): Int32Array | null {
               const start = scanner.at;
               scanner.value();
               if (isBody) {
-                found[item * 2] = start;
-                found[item * 2 + 1] = scanner.at;
+                found[item * SLICE_SLOTS] = start;
+                found[item * SLICE_SLOTS + 1] = scanner.at;
+                found[item * SLICE_SLOTS + 2] = scanner.spaced ? 0 : 1;
               }
             });
           } else scanner.value();

@@ -20,7 +20,7 @@
 import type { Settings } from '../config/settings.ts';
 import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
 import type { RetryCounts } from '../actors/acceptor.ts';
-import { bodyFingerprint, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
+import { bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
 import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
@@ -28,7 +28,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { BatchItem, type ItemOwner } from './batch-item.ts';
 import { ItemRouter } from './batch-paths.ts';
-import { itemBodySlices } from './batch-slices.ts';
+import { itemBodySlices, SLICE_SLOTS } from './batch-slices.ts';
 import { bodyLimitBytes } from './body.ts';
 import { ERRORS } from './errors.ts';
 import { fillParam } from './path-param.ts';
@@ -80,17 +80,22 @@ function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSi
   for (let i = 0; i < n; i++) {
     const item = requests[i]!;
     if (item.body === undefined) continue;
-    let bytes: Uint8Array;
-    if (slices !== null && slices[2 * i]! >= 0) bytes = raw.subarray(slices[2 * i]!, slices[2 * i + 1]!);
-    // Not expected (the scan follows JSON.parse); compact JSON is what most clients send alone.
-    else bytes = Buffer.from(JSON.stringify(item.body));
-    sizes[i] = bytes.length;
     // Only an item with a key (its own, or the batch's) is ever fingerprinted.
-    if (prints !== null && (batchKeyed || (typeof item.idempotencyKey === 'string' && item.idempotencyKey !== ''))) {
-      const [f0, f1] = bodyFingerprint(bytes);
-      prints[2 * i] = f0;
-      prints[2 * i + 1] = f1;
+    const print = prints !== null && (batchKeyed || (typeof item.idempotencyKey === 'string' && item.idempotencyKey !== ''));
+    const at = i * SLICE_SLOTS;
+    if (slices !== null && slices[at]! >= 0) {
+      const start = slices[at]!;
+      const end = slices[at + 1]!;
+      sizes[i] = end - start;
+      if (!print) continue;
+      if (slices[at + 2] === 1) compactFingerprintInto(raw, start, end, prints, 2 * i);
+      else prints.set(bodyFingerprint(raw.subarray(start, end)), 2 * i);
+      continue;
     }
+    // Not expected (the scan follows JSON.parse); compact JSON is what most clients send alone.
+    const bytes = Buffer.from(JSON.stringify(item.body));
+    sizes[i] = bytes.length;
+    if (print) prints.set(bodyFingerprint(bytes), 2 * i);
   }
   return { sizes, prints };
 }

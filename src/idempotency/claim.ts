@@ -99,6 +99,25 @@ export function bodyFingerprint(decoded: Uint8Array = EMPTY_BODY): Fingerprint {
 }
 
 /**
+ * bodyFingerprint() of bytes[start, end) when the caller knows they hold no JSON whitespace
+ * between tokens (batch-slices.ts finds that out while it scans a batch): the same two words, by
+ * compactHash's arithmetic without its string tracking, written to out[at] and out[at + 1] (no
+ * view or pair allocated per item). It was a tenth of a batch item's CPU.
+ */
+export function compactFingerprintInto(bytes: Uint8Array, start: number, end: number, out: Uint32Array, at: number): void {
+  let a = 0x811c9dc5;
+  let b = 0x9747b28c ^ (end - start);
+  for (let i = start; i < end; i++) {
+    const byte = bytes[i]!;
+    a = Math.imul(a ^ byte, 0x01000193);
+    b = Math.imul(b ^ byte, 0x5bd1e995);
+    b ^= b >>> 15;
+  }
+  out[at] = mix(a);
+  out[at + 1] = mix(b ^ a);
+}
+
+/**
  * The digest comes as a latin1 ("binary") string, one character per byte: a Buffer per digest is
  * a native allocation the GC has to track, and cost three times as much (measured).
  */
