@@ -3,6 +3,7 @@
 // every line exactly once; failed lines land in <file>.failed.ndjson with their reasons and the
 // exit status is 1; memberships map to the mapping endpoints.
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -161,6 +162,33 @@ describe('npm run import', () => {
     assert.match(run.stderr, /2 of 2 line\(s\) done .*2 ok, 0 failed/);
     const ids = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').map((p) => String(p.id)).filter((id) => id.startsWith('bom-'));
     assert.deepEqual(ids.sort(), ['bom-1', 'bom-2']);
+  });
+
+  test('a server that cannot be reached: the import stops after the batch that gave up (--retry-seconds), instead of waiting that long for every batch', async () => {
+    const lines = Array.from({ length: 6_000 }, (_, i) => JSON.stringify({ id: `down-${i}`, name: `P ${i}` }));
+    const file = writeNdjson('down.ndjson', lines);
+    // A port nothing listens on: every attempt is refused at once.
+    const closed = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const started = performance.now();
+    const run = await runImport(['products', file, '--retry-seconds', '1'], `http://127.0.0.1:${closed}`);
+    const seconds = (performance.now() - started) / 1000;
+    assert.equal(run.code, 1, run.stderr);
+    assert.match(run.stderr, /stopped: line [\d,]+ was retried for 1 s and the server never answered it/);
+    const done = Number(/([\d,]+) of 6,000 line\(s\) done/.exec(run.stderr)![1]!.replace(/,/g, ''));
+    // The batch that gave up and at most the one queued behind it: not all six.
+    assert.ok(done >= 1_000 && done <= 2_000, `${done} lines done (${run.stderr.slice(-400)})`);
+    assert.ok(seconds < 20, `${seconds.toFixed(1)} s`);
+    const failedLines = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { mayHaveBeenApplied: boolean });
+    assert.equal(failedLines.length, done);
+    assert.ok(failedLines.every((l) => l.mayHaveBeenApplied === false), 'no attempt reached the server');
+    const bad = await runImport(['products', file, '--retry-seconds', '0'], server.url);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--retry-seconds must be/);
   });
 
   test('usage errors exit 2 and say why', async () => {

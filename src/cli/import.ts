@@ -1,4 +1,4 @@
-// npm run import -- products|collections|memberships <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>]
+// npm run import -- products|collections|memberships <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>] [--retry-seconds <n>]
 // Syncs a catalog from NDJSON (one write per line) through intake/client, i.e. POST /batch.
 // Progress on stderr; a summary at the end; exit 1 if any line failed, with the failed lines in
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
@@ -8,7 +8,7 @@ import { createClient, describeError, IntakeError, IntakeUnavailableError, Intak
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
 
-const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>]
+const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>] [--retry-seconds <n>]
   products      each line a product as POST /product takes it: {"id":"p1","name":"Shirt","price":20}
   collections   each line a collection as POST /collection takes it: {"id":"c1","name":"Summer"}
   memberships   each line {"collection":"c1","products":["p1","p2"]} (or "product":"p1"),
@@ -17,18 +17,26 @@ const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson
   --key <key>   the workspace's service key (default INTAKE_SERVICE_KEY)
   --idempotency-salt <text>  send every line as a new write (default: a line imported before
                 within the server's IDEMPOTENCY_WINDOW_SECONDS is recognised, not applied again)
+  --retry-seconds <n>  how long a batch is retried while the server cannot be reached or
+                answers 503 (default 120); then the import stops (run it again to go on)
   Failed lines go to <file>.failed.ndjson with the reason; exit status 1 if any line failed.
 `;
 
 class UsageError extends Error {}
 
+const BATCH_ITEMS = 1_000;
 /** Lines sent and not yet answered, at most, and their bytes: bound memory, and stay under the
  * client's queue limits (a line over MAX_BYTES_IN_FLIGHT goes alone). Counting lines only, lines of
  * ~3.4 KB or more filled the client's 16 MiB before 5,000 were in flight, and the next lines were
- * refused (QueueFullError) and reported as failed. */
-const MAX_LINES_IN_FLIGHT = 5_000;
+ * refused (QueueFullError) and reported as failed. Two batches: one in flight and the next one
+ * ready. More only waits: once the server cannot be reached, every batch queued behind the one
+ * that gave up is retried for its own --retry-seconds before the import can stop (with 5,000
+ * lines, ten minutes against a server that is down). */
+const MAX_LINES_IN_FLIGHT = 2 * BATCH_ITEMS;
 const MAX_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
-const BATCH_ITEMS = 1_000;
+const DEFAULT_RETRY_SECONDS = 120;
+/** The client's own bound on a deadline is far above any sensible wait: a day. */
+const MAX_RETRY_SECONDS = 86_400;
 
 interface Args {
   kind: ImportKind;
@@ -36,6 +44,7 @@ interface Args {
   url: string;
   key: string;
   salt: string;
+  retrySeconds: number;
 }
 
 function parseArgs(argv: readonly string[]): Args {
@@ -43,6 +52,7 @@ function parseArgs(argv: readonly string[]): Args {
   let url = process.env.INTAKE_URL || 'http://127.0.0.1:8080';
   let key = process.env.INTAKE_SERVICE_KEY ?? '';
   let salt = '';
+  let retrySeconds = DEFAULT_RETRY_SECONDS;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const [flag, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
@@ -54,6 +64,11 @@ function parseArgs(argv: readonly string[]): Args {
     if (flag === '--url') url = value();
     else if (flag === '--key') key = value();
     else if (flag === '--idempotency-salt') salt = value();
+    else if (flag === '--retry-seconds') {
+      const text = value();
+      retrySeconds = Number(text);
+      if (text.trim() === '' || !Number.isFinite(retrySeconds) || retrySeconds <= 0 || retrySeconds > MAX_RETRY_SECONDS) throw new UsageError(`--retry-seconds must be a number of seconds above 0 and at most ${MAX_RETRY_SECONDS}, not ${text}`);
+    }
     else if (flag === '--help' || flag === '-h') throw new UsageError('');
     else if (flag.startsWith('--')) throw new UsageError(`unknown option ${flag}`);
     else positional.push(arg);
@@ -63,7 +78,7 @@ function parseArgs(argv: readonly string[]): Args {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) throw new UsageError(`unknown kind ${kind}`);
   if (extra.length > 0) throw new UsageError(`unexpected argument ${extra[0]}`);
   if (key === '') throw new UsageError('no service key: give --key or set INTAKE_SERVICE_KEY');
-  return { kind: kind as ImportKind, file, url, key, salt };
+  return { kind: kind as ImportKind, file, url, key, salt, retrySeconds };
 }
 
 /** Lines in the file (for the ETA), counted without holding it in memory. */
@@ -136,6 +151,8 @@ class FailedLines {
   }
 }
 
+const fmt = (x: number): string => x.toLocaleString('en-US');
+
 async function run(args: Args): Promise<number> {
   const fileIdentity = realpathSync(args.file);
   const totalLines = await countLines(args.file);
@@ -151,6 +168,7 @@ async function run(args: Args): Promise<number> {
     maxConcurrentBatches: 1,
     maxQueueItems: MAX_LINES_IN_FLIGHT * 2,
     maxQueueBytes: MAX_BYTES_IN_FLIGHT * 2,
+    retryDeadlineMs: args.retrySeconds * 1000,
     // The progress line says why nothing moves (a server that is down, say), not only "0 done".
     onRetry: (info) => {
       const why = info.status !== null ? `answer ${info.status}` : describeError(info.error);
@@ -163,6 +181,8 @@ async function run(args: Args): Promise<number> {
   let inFlightBytes = 0;
   let wake: (() => void) | null = null;
   let interrupted = false;
+  /** Why the import stopped early (a batch gave up: the server cannot be reached), or null. */
+  let stopped: string | null = null;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
 
   const onSigint = (): void => {
@@ -180,6 +200,9 @@ async function run(args: Args): Promise<number> {
     inFlightBytes -= bytes;
     if (error === null) ok++;
     else failed.write(lineNumber, line, error);
+    // Retried for --retry-seconds and never answered (or answered 503 all along): the lines
+    // after it would wait as long each, so no more are sent.
+    if (error instanceof IntakeUnavailableError && stopped === null) stopped = `line ${fmt(lineNumber)} was retried for ${args.retrySeconds} s and the server never answered it (${error.message})`;
     const w = wake;
     wake = null;
     w?.();
@@ -188,7 +211,7 @@ async function run(args: Args): Promise<number> {
   let lineNumber = 0;
   for await (const line of linesOf(args.file)) {
     lineNumber++;
-    if (interrupted) break;
+    if (interrupted || stopped !== null) break;
     if (line.trim() === '') {
       done++;
       ok++;
@@ -197,6 +220,8 @@ async function run(args: Args): Promise<number> {
     const n = lineNumber;
     const bytes = Buffer.byteLength(line);
     while (inFlight > 0 && (inFlight >= MAX_LINES_IN_FLIGHT || inFlightBytes + bytes > MAX_BYTES_IN_FLIGHT)) await new Promise<void>((resolve) => (wake = resolve));
+    // What came while this line waited for room: it is not sent then.
+    if (interrupted || stopped !== null) break;
     inFlight++;
     inFlightBytes += bytes;
     try {
@@ -214,10 +239,10 @@ async function run(args: Args): Promise<number> {
   while (inFlight > 0) await new Promise<void>((resolve) => (wake = resolve));
   await failed.close();
   const seconds = progress.elapsedSeconds();
-  const fmt = (x: number) => x.toLocaleString('en-US');
   let summary = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed`;
   if (failed.count > 0) summary += `; failed lines and their reasons are in ${failed.path}`;
   if (interrupted) summary += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
+  else if (stopped !== null) summary += `; stopped: ${stopped}; run the same command again once the server answers (lines already applied are not applied twice)`;
   progress.finish(summary);
   if (interrupted) return 130;
   return failed.count > 0 ? 1 : 0;
