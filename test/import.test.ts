@@ -28,14 +28,14 @@ interface Run {
   stderr: string;
 }
 
-function runImport(args: string[], url: string, onStart?: (kill: () => void) => void): Promise<Run> {
+function runImport(args: string[], url: string, onStart?: (kill: (signal?: NodeJS.Signals) => void) => void): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...scriptCommand('import'), ...args, '--url', url, '--key', KEY_A], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.on('error', reject);
     child.on('close', (code, signal) => resolve({ code, signal, stderr }));
-    onStart?.(() => child.kill('SIGKILL'));
+    onStart?.((signal = 'SIGKILL') => child.kill(signal));
   });
 }
 
@@ -189,6 +189,19 @@ describe('npm run import', () => {
     const bad = await runImport(['products', file, '--retry-seconds', '0'], server.url);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--retry-seconds must be/);
+  });
+
+  test('SIGTERM: the lines already sent are finished, the summary says interrupted, exit status 143 (128 + SIGTERM, as a shell reports it)', async () => {
+    const file = writeNdjson('term.ndjson', Array.from({ length: 4_000 }, (_, i) => JSON.stringify({ id: `term-${i}`, name: `P ${i}` })));
+    let signal: (signal?: NodeJS.Signals) => void = () => {};
+    const proxy = await startFaultProxy(server.url, (request) => {
+      if (request.n === 1) signal('SIGTERM');
+      return { kind: 'delay', ms: 200 };
+    });
+    proxies.push(proxy);
+    const run = await runImport(['products', file], proxy.url, (s) => (signal = s));
+    assert.equal(run.code, 143, run.stderr);
+    assert.match(run.stderr, /; interrupted: run the same command again to send the rest/);
   });
 
   test('usage errors exit 2 and say why', async () => {

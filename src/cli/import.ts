@@ -181,17 +181,20 @@ async function run(args: Args): Promise<number> {
   let inFlightBytes = 0;
   let wake: (() => void) | null = null;
   let interrupted = false;
+  /** The exit status after a signal: 128 + its number, as a shell reports it (130 Ctrl-C, 143 SIGTERM). */
+  let signalStatus = 130;
   /** Why the import stopped early (a batch gave up: the server cannot be reached), or null. */
   let stopped: string | null = null;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
 
-  const onSigint = (): void => {
-    if (interrupted) process.exit(130);
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (interrupted) process.exit(signalStatus);
     interrupted = true;
+    signalStatus = signal === 'SIGTERM' ? 143 : 130;
     progress.finish(`interrupted: finishing the ${inFlight} line(s) already sent (Ctrl-C again to quit now; a re-run is safe either way)`);
   };
-  process.on('SIGINT', onSigint);
-  process.on('SIGTERM', onSigint);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
 
   const settle = (lineNumber: number, line: string, bytes: number, error: unknown): void => {
     done++;
@@ -244,7 +247,7 @@ async function run(args: Args): Promise<number> {
   if (interrupted) summary += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
   else if (stopped !== null) summary += `; stopped: ${stopped}; run the same command again once the server answers (lines already applied are not applied twice)`;
   progress.finish(summary);
-  if (interrupted) return 130;
+  if (interrupted) return signalStatus;
   return failed.count > 0 ? 1 : 0;
 }
 
