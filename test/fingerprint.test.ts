@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { itemBodySlices, SLICE_SLOTS } from '../src/http/batch-slices.ts';
-import { bodyFingerprint, compactFingerprintInto } from '../src/idempotency/claim.ts';
+import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto } from '../src/idempotency/claim.ts';
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 1125);
 
@@ -37,8 +37,10 @@ test('a batch item body fingerprinted from the scan equals bodyFingerprint() of 
     fc.property(fc.array(fc.tuple(body, spacing), { minLength: 1, maxLength: 5 }), (items) => {
       const texts = items.map(([value, spaces]) => spaced(value, spaces));
       const raw = Buffer.from(`{"requests":[${texts.map((text) => `{"method":"POST","path":"/product","body":${text}}`).join(',')}]}`);
-      const slices = itemBodySlices(raw, texts.length);
-      assert.notEqual(slices, null);
+      const scan = itemBodySlices(raw, texts.length);
+      assert.notEqual(scan, null);
+      const slices = scan!.items;
+      assert.equal(scan!.compact, texts.every((text) => text === JSON.stringify(JSON.parse(text))) || !texts.some((text) => /[ \t\r\n]/.test(text.replace(/"(?:[^"\\]|\\.)*"/g, '""'))));
       for (let i = 0; i < texts.length; i++) {
         const start = slices![i * SLICE_SLOTS]!;
         const end = slices![i * SLICE_SLOTS + 1]!;
@@ -55,5 +57,30 @@ test('a batch item body fingerprinted from the scan equals bodyFingerprint() of 
       }
     }),
     { seed: SEED, numRuns: 300 },
+  );
+});
+
+test('a batch body\'s own fingerprint: the same for the batch spaced anywhere (envelope or items) as compact, another for another batch', () => {
+  const item = fc.record({ method: fc.constant('POST'), path: fc.constant('/product'), body: fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }) });
+  const spacing = fc.array(fc.constantFrom(' ', '\n  ', '\t', '\r\n'), { minLength: 1, maxLength: 3 });
+  fc.assert(
+    fc.property(fc.array(item, { minLength: 1, maxLength: 4 }), spacing, fc.constantFrom('', ' ', '\n'), (items, spaces, around) => {
+      const batch = { requests: items };
+      const compact = Buffer.from(JSON.stringify(batch));
+      const loose = Buffer.from(around + spaced(batch, spaces) + around);
+      const print = (raw: Buffer, count = items.length) => {
+        const scan = itemBodySlices(raw, count);
+        assert.notEqual(scan, null, raw.toString());
+        return batchBodyFingerprint(raw, scan!.compact);
+      };
+      assert.equal(itemBodySlices(compact, items.length)!.compact, true);
+      assert.equal(itemBodySlices(loose, items.length)!.compact, false, loose.toString());
+      assert.deepEqual(print(loose), print(compact));
+      // Whatever the scan says, the same words (null: it could not tell).
+      assert.deepEqual(batchBodyFingerprint(loose, null), print(compact));
+      const other = Buffer.from(JSON.stringify({ requests: [...items, { method: 'DELETE', path: '/product/x' }] }));
+      assert.notDeepEqual(print(other, items.length + 1), print(compact));
+    }),
+    { seed: SEED, numRuns: 200 },
   );
 });

@@ -24,6 +24,8 @@ class Scanner {
   at = 0;
   /** Whether value() met JSON whitespace between tokens inside the last object or array it skipped. */
   spaced = false;
+  /** Whether any whitespace between tokens was met so far, anywhere. */
+  spacedAnywhere = false;
   constructor(readonly json: Buffer) {}
 
   space(): void {
@@ -34,6 +36,7 @@ class Scanner {
       if (byte !== 0x20 && byte !== 0x0a && byte !== 0x0d && byte !== 0x09) break;
       at++;
     }
+    if (at !== this.at) this.spacedAnywhere = true;
     this.at = at;
   }
 
@@ -90,6 +93,7 @@ class Scanner {
         this.at++;
       } while (depth > 0);
       this.spaced = spaced;
+      if (spaced) this.spacedAnywhere = true;
       return;
     }
     this.spaced = true;
@@ -137,18 +141,27 @@ class Scanner {
   }
 }
 
-/** Int32 slots per item in itemBodySlices()'s answer. */
+/** Int32 slots per item in BatchSlices.items. */
 export const SLICE_SLOTS = 3;
 
+export interface BatchSlices {
+  /**
+   * For each item: its body's bytes as [start, end) at [3i, 3i + 1], or -1, -1 when the item has
+   * no `body`; at 3i + 2, 1 when the body is an object or array with no JSON whitespace between
+   * its tokens (its fingerprint is then a plain hash of the bytes: compactFingerprintInto), else 0.
+   */
+  items: Int32Array;
+  /** The whole body has no JSON whitespace between tokens (batchBodyFingerprint). */
+  compact: boolean;
+}
+
 /**
- * For each of the `count` items of the batch in `json`: its body's bytes as [start, end) at
- * [3i, 3i + 1], or -1, -1 when the item has no `body`; at 3i + 2, 1 when the body is an object
- * or array with no JSON whitespace between its tokens (its fingerprint is then a plain hash of
- * the bytes: compactFingerprintInto), else 0. A key given twice counts by its last
- * occurrence, as JSON.parse does. null when the bytes do not hold `count` items (not expected
- * for a body whose parsed form passed the envelope schema; the caller then has no byte ranges).
+ * Where the bodies of the `count` items of the batch in `json` lie, and whether the body is
+ * compact. A key given twice counts by its last occurrence, as JSON.parse does. null when the
+ * bytes do not hold `count` items (not expected for a body whose parsed form passed the envelope
+ * schema; the caller then has no byte ranges).
  */
-export function itemBodySlices(json: Buffer, count: number): Int32Array | null {
+export function itemBodySlices(json: Buffer, count: number): BatchSlices | null {
   const scanner = new Scanner(json);
   let slices: Int32Array | null = null;
   try {
@@ -187,8 +200,11 @@ export function itemBodySlices(json: Buffer, count: number): Int32Array | null {
       }
       slices = index === count ? found : null;
     });
+    // Only whitespace may follow the object (JSON.parse took the body).
+    scanner.space();
+    if (scanner.at !== json.length) return null;
   } catch {
     return null;
   }
-  return slices;
+  return slices === null ? null : { items: slices, compact: !scanner.spacedAnywhere };
 }

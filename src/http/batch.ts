@@ -20,7 +20,7 @@
 import type { Settings } from '../config/settings.ts';
 import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
 import type { RetryCounts } from '../actors/acceptor.ts';
-import { bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
+import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
 import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
@@ -69,14 +69,17 @@ interface ItemBytes {
   sizes: Int32Array;
   /** Two words per item; filled only when the batch carries Idempotency-Keys. */
   prints: Uint32Array | null;
+  /** Whether the whole body is compact JSON (null: not scanned, or the scan could not tell). */
+  compact: boolean | null;
 }
 
 function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean, batchKeyed: boolean): ItemBytes {
   const n = requests.length;
   const sizes = new Int32Array(n).fill(-1);
   const prints = keyed ? new Uint32Array(n * 2) : null;
-  if (!measureSizes && !keyed) return { sizes, prints };
-  const slices = itemBodySlices(raw, n);
+  if (!measureSizes && !keyed) return { sizes, prints, compact: null };
+  const scan = itemBodySlices(raw, n);
+  const slices = scan === null ? null : scan.items;
   for (let i = 0; i < n; i++) {
     const item = requests[i]!;
     if (item.body === undefined) continue;
@@ -97,7 +100,7 @@ function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSi
     sizes[i] = bytes.length;
     if (print) prints.set(bodyFingerprint(bytes), 2 * i);
   }
-  return { sizes, prints };
+  return { sizes, prints, compact: scan === null ? null : scan.compact };
 }
 
 /**
@@ -282,6 +285,9 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
       // Now, whatever happens next: the raw body is only valid while this call runs.
       const raw = batch.rawBody!;
       const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
+      // The batch's own key is fingerprinted here, from the bytes, whichever thread or node read
+      // the request (pending-request.ts leaves it to this route).
+      batch.idempotency?.fingerprint(batchBodyFingerprint(raw, bytes.compact));
       const replay = (text: string): void => {
         if (deps.retries !== undefined) deps.retries.replays++;
         batch.replay(() => text);

@@ -76,7 +76,7 @@ export interface WriteRoute {
   offload?(sizeBytes: number, encoding: Encoding): boolean;
   /** Takes a raw body that `offload` asked for: not yet inflated, parsed or validated. */
   handleRaw?(request: WriteRequest, bytes: Buffer): void;
-  /** apply() reads `rawBody` too (POST /batch: its items' sizes and fingerprints). */
+  /** apply() reads `rawBody` too (POST /batch: its items' sizes and fingerprints, and its own fingerprint). */
   readonly readsRawBody?: boolean;
 }
 
@@ -209,8 +209,9 @@ export class PendingRequest extends WriteCall {
       else this.answerError(ERRORS.malformedJson, inflated.message);
       return;
     }
-    // The fingerprint is of the decoded body: a retry sent gzip'd or not is the same request.
-    this.idempotency?.fingerprint(bodyFingerprint(inflated.raw));
+    // The fingerprint is of the decoded body: a retry sent gzip'd or not is the same request. A
+    // route that reads the raw body (a batch) takes its own, where it is applied.
+    if (this.route.readsRawBody !== true) this.idempotency?.fingerprint(bodyFingerprint(inflated.raw));
     const parsed = parseJsonObject(inflated.raw);
     if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
     this.rawBody = inflated.raw;

@@ -118,6 +118,20 @@ export function compactFingerprintInto(bytes: Uint8Array, start: number, end: nu
 }
 
 /**
+ * The fingerprint of a whole POST /batch body, for its batch-level key. Only the batch answers
+ * kept in memory compare it (batch-answers.ts: never journaled, gone after a restart or a leader
+ * change, and the leader computes it itself for a forwarded batch), so it need not be
+ * bodyFingerprint()'s words, only follow its rule (whitespace between tokens does not count): a
+ * native SHA-256 of the body without that whitespace, cut to 64 bits. bodyFingerprint()'s loop
+ * over a 1,000-item batch was 6% of the batch's CPU in a profile. `compact`: the scan of the batch
+ * (batch-slices.ts) found no whitespace between tokens; null when it could not tell.
+ */
+export function batchBodyFingerprint(decoded: Uint8Array, compact: boolean | null): Fingerprint {
+  const digest = hash('sha256', compact === true ? decoded : withoutJsonSpace(decoded), 'binary');
+  return [word(digest, 0), word(digest, 4)];
+}
+
+/**
  * The digest comes as a latin1 ("binary") string, one character per byte: a Buffer per digest is
  * a native allocation the GC has to track, and cost three times as much (measured).
  */
