@@ -59,6 +59,9 @@ class SlicePace {
   }
 }
 
+/** A catalog write's work in its turn (CatalogWrites.turn). */
+type CatalogWrite<T> = (this: CatalogWrites, ws: Workspace, value: T, at: number, reply: Reply) => void;
+
 export class CatalogWrites {
   constructor(private readonly acceptor: Acceptor) {}
 
@@ -72,29 +75,56 @@ export class CatalogWrites {
     return this.acceptor.retried(reply);
   }
 
+  /**
+   * Runs `write(ws, value, at, reply)` in the catalog's turn, unless the write is a retry answered
+   * from the first one. With nothing ahead of it in the mailbox it runs at once, as the mailbox
+   * would run it then, without the closures and the queue entry a queued write needs (a batch of
+   * 1,000 product upserts made 4,000 objects for them).
+   */
+  private turn<T>(ws: Workspace, reply: Reply, write: CatalogWrite<T>, value: T, at: number): void {
+    if (!ws.catalog.mailbox.idle) return this.inTurn(ws, reply, () => write.call(this, ws, value, at, reply));
+    try {
+      if (!this.acceptor.retried(reply)) write.call(this, ws, value, at, reply);
+    } catch (error) {
+      reply.crashed(error);
+    }
+  }
+
   productUpsert(ws: Workspace, body: Product, at: number, reply: Reply): void {
-    this.inTurn(ws, reply, () => {
-      const problems = ws.catalog.checkProductUpsert(body);
-      if (problems !== null) return this.acceptor.refuse(problems, reply);
-      this.acceptor.accept({ kind: 'product_upsert', workspace: ws.name, at, data: body }, reply, SUCCESS_BODY);
-    });
+    this.turn(ws, reply, this.upsertProduct, body, at);
+  }
+
+  private upsertProduct(ws: Workspace, body: Product, at: number, reply: Reply): void {
+    const problems = ws.catalog.checkProductUpsert(body);
+    if (problems !== null) return this.acceptor.refuse(problems, reply);
+    this.acceptor.accept({ kind: 'product_upsert', workspace: ws.name, at, data: body }, reply, SUCCESS_BODY);
   }
 
   /** Deleting is idempotent: a retried delete answers 200 too. */
   productDelete(ws: Workspace, id: string, at: number, reply: Reply): void {
-    this.inTurn(ws, reply, () => this.acceptor.accept({ kind: 'product_delete', workspace: ws.name, at, data: { id } }, reply, SUCCESS_BODY));
+    this.turn(ws, reply, this.deleteProduct, id, at);
+  }
+
+  private deleteProduct(ws: Workspace, id: string, at: number, reply: Reply): void {
+    this.acceptor.accept({ kind: 'product_delete', workspace: ws.name, at, data: { id } }, reply, SUCCESS_BODY);
   }
 
   collectionUpsert(ws: Workspace, body: Collection, at: number, reply: Reply): void {
-    this.inTurn(ws, reply, () => {
-      const problems = ws.catalog.checkCollectionUpsert(body);
-      if (problems !== null) return this.acceptor.refuse(problems, reply);
-      this.acceptor.accept({ kind: 'collection_upsert', workspace: ws.name, at, data: body }, reply, SUCCESS_BODY);
-    });
+    this.turn(ws, reply, this.upsertCollection, body, at);
+  }
+
+  private upsertCollection(ws: Workspace, body: Collection, at: number, reply: Reply): void {
+    const problems = ws.catalog.checkCollectionUpsert(body);
+    if (problems !== null) return this.acceptor.refuse(problems, reply);
+    this.acceptor.accept({ kind: 'collection_upsert', workspace: ws.name, at, data: body }, reply, SUCCESS_BODY);
   }
 
   collectionDelete(ws: Workspace, id: string, at: number, reply: Reply): void {
-    this.inTurn(ws, reply, () => this.acceptor.accept({ kind: 'collection_delete', workspace: ws.name, at, data: { id } }, reply, SUCCESS_BODY));
+    this.turn(ws, reply, this.deleteCollection, id, at);
+  }
+
+  private deleteCollection(ws: Workspace, id: string, at: number, reply: Reply): void {
+    this.acceptor.accept({ kind: 'collection_delete', workspace: ws.name, at, data: { id } }, reply, SUCCESS_BODY);
   }
 
   /** A mapping whose body was parsed and validated on this thread. */

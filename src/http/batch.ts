@@ -19,7 +19,7 @@
 // the catalog actor, exactly as a small mapping request sent alone is.
 import type { Settings } from '../config/settings.ts';
 import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
-import type { RetryCounts } from '../actors/acceptor.ts';
+import { SUCCESS_BODY, type RetryCounts } from '../actors/acceptor.ts';
 import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
@@ -37,6 +37,9 @@ import type { RateLimiter } from './rate-limits.ts';
 import type { WriteGate } from './write-gate.ts';
 
 export const BATCH_PATH = '/batch';
+
+/** An item's result for the answer most items get. */
+const SUCCESS_RESULT = `{"status":200,"body":${SUCCESS_BODY}}`;
 
 export interface BatchDependencies {
   settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes' | 'idempotencyWindowSeconds' | 'idempotencyMaxKeys'>;
@@ -176,13 +179,13 @@ class BatchRun implements ItemOwner {
 
   private answerWhenDone(): void {
     if (!this.dispatched || this.open !== 0) return;
-    let out = '{"results":[';
+    // One join: no string per plain success, no rope of 2,000 pieces to flatten when it is sent.
+    const results = new Array<string>(this.items.length);
     for (let i = 0; i < this.items.length; i++) {
       const item = this.items[i]!;
-      if (i > 0) out += ',';
-      out += `{"status":${item.status},"body":${item.body}${item.replayed ? ',"replayed":true}' : '}'}`;
+      results[i] = item.status === 200 && item.body === SUCCESS_BODY && !item.replayed ? SUCCESS_RESULT : `{"status":${item.status},"body":${item.body}${item.replayed ? ',"replayed":true}' : '}'}`;
     }
-    out += ']}';
+    const out = `{"results":[${results.join(',')}]}`;
     // With a key on the batch, its retry gets these results again, unless an item may succeed
     // when retried (a 5xx: only final answers are kept, CONTRACT.md §10).
     if (this.answerEntry !== null) this.context.answers!.finish(this.answerEntry, this.items.every((item) => item.status < 500) ? out : null, Date.now());
