@@ -7,6 +7,7 @@ import type { Reply } from '../actors/intake.ts';
 import type { Workspace, Workspaces } from '../actors/workspace.ts';
 import type { Answer, CommandKind } from '../handoff/frames.ts';
 import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
+import { BodyBuffer } from './body-buffer.ts';
 import type { ValidationDetail } from '../schemas/details.ts';
 import { BodyTooDeepError } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
@@ -124,7 +125,8 @@ export class PendingRequest extends WriteCall {
   private aborted = false;
   private done = false;
   private received = 0;
-  private chunks: Buffer[] | null = null;
+  /** The body's chunks before the last, copied (body-buffer.ts); null until a second chunk comes. */
+  private chunks: BodyBuffer | null = null;
   /** Set once the body grew past the limit: the rest is read and thrown away, then 413. */
   private drain: Drain | null = null;
 
@@ -140,6 +142,8 @@ export class PendingRequest extends WriteCall {
     idempotency: IdempotencyClaim | null,
     requestId: string,
     serviceKey: string,
+    /** The declared content-length (0: none, chunked), at most limitBytes: the body buffer's first size. */
+    private readonly declaredBytes = 0,
   ) {
     super(route, param, Date.now(), limitBytes, encoding, idempotency, requestId, env.log);
     this.res = res;
@@ -189,19 +193,19 @@ export class PendingRequest extends WriteCall {
     }
     if (!isLast) {
       // uWS reuses the chunk's memory after we return: copy it.
-      (this.chunks ??= []).push(Buffer.from(chunk.slice(0)));
+      (this.chunks ??= new BodyBuffer(this.declaredBytes, this.limitBytes)).append(chunk);
       return;
     }
     if (this.route.offload?.(this.received, this.encoding) === true) {
       // Handed to another thread: the bytes must be ours (a copy of a single chunk; a concat of
       // several is a fresh buffer already).
-      const own = this.chunks === null ? Buffer.from(chunk.slice(0)) : Buffer.concat([...this.chunks, Buffer.from(chunk)]);
+      const own = this.chunks === null ? Buffer.from(chunk.slice(0)) : this.whole(chunk);
       this.chunks = null;
       return this.dispatchRaw(own);
     }
     // The last chunk is consumed synchronously below, so a view of it is enough.
     const last = Buffer.from(chunk);
-    const whole = this.chunks === null ? last : Buffer.concat([...this.chunks, last]);
+    const whole = this.chunks === null ? last : this.whole(chunk);
     this.chunks = null;
     const inflated = inflateBody(whole, this.encoding, this.limitBytes);
     if (!inflated.ok) {
@@ -221,6 +225,13 @@ export class PendingRequest extends WriteCall {
       this.rawBody = null;
     }
   };
+
+  /** The body: the chunks so far and the last one, in one buffer of ours. */
+  private whole(last: ArrayBuffer): Buffer {
+    const chunks = this.chunks!;
+    chunks.append(last);
+    return chunks.bytes();
+  }
 
   /**
    * The key was checked when the headers came; a body can take seconds more. A key revoked

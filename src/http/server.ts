@@ -8,6 +8,7 @@ import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
+import { BodyBuffer } from './body-buffer.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
 import { Drain } from './drain.ts';
 import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
@@ -121,6 +122,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? fillParam(route.pattern, param) : route.pattern, idempotencyKey);
     }
     let limitBytes = 0;
+    let declaredBytes = 0;
     let encoding: 'identity' | 'gzip' = 'identity';
     if (route.limit !== 'none') {
       if (!acceptsContentType(req.getHeader(H_CONTENT_TYPE))) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
@@ -129,7 +131,8 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       encoding = found;
       limitBytes = bodyLimitBytes(route.limit, settings);
       const declared = req.getHeader(H_CONTENT_LENGTH);
-      if (declared !== '' && Number(declared) > limitBytes) {
+      declaredBytes = declared === '' ? 0 : Number(declared);
+      if (declaredBytes > limitBytes) {
         // Refused from the head, answered once the body is drained (drain.ts).
         const drain = new Drain(limitBytes, () => refuseEarly(env, route, res, requestId, startedAt, ERRORS.payloadTooLarge, undefined, CLOSE));
         res.onAborted(() => drain.abort());
@@ -137,7 +140,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         return;
       }
     }
-    const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey);
+    const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey, Number.isSafeInteger(declaredBytes) ? declaredBytes : 0);
     request.start();
   };
 
@@ -195,19 +198,20 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         aborted = true;
         finish();
       });
-      const chunks: Buffer[] = [];
-      let received = 0;
+      const declared = Number(req.getHeader(H_CONTENT_LENGTH));
+      // One buffer, whatever the chunking (body-buffer.ts): a Buffer per chunk let a body sent one
+      // byte per chunk take hundreds of times its size, before the secret is even checked.
+      const body = new BodyBuffer(Number.isSafeInteger(declared) && declared > 0 ? declared : 0, forwarded.limitBytes);
       res.onData((chunk, isLast) => {
         if (finished) return;
-        received += chunk.byteLength;
-        if (received > forwarded.limitBytes) {
+        if (body.byteLength + chunk.byteLength > forwarded.limitBytes) {
           sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
           return finish();
         }
-        // uWS reuses the chunk's memory after we return: copy it.
-        chunks.push(Buffer.from(chunk.slice(0)));
+        // uWS reuses the chunk's memory after we return: the buffer copies it.
+        body.append(chunk);
         if (!isLast) return;
-        forwarded.handle(secret, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).then(
+        forwarded.handle(secret, body.bytes()).then(
           (reply) => {
             if (!aborted) {
               const options: SendOptions = reply.status === 200 ? { contentType: 'text/plain; charset=utf-8' } : reply.retryAfterSeconds === null ? {} : { header: ['retry-after', String(reply.retryAfterSeconds)] };
