@@ -362,10 +362,14 @@ async function main(): Promise<void> {
     stopping = true;
     const startedAt = Date.now();
     log.info({ signal }, 'stopping: no new requests, answering those in flight');
+    // Not unref'd: it keeps the process alive while the stop awaits something that never settles
+    // (lmdb-js's close() after a commit failed on a full disk). Unref'd, the event loop emptied
+    // there and Node exited on its own, with status 0, the journal failure unreported (found by
+    // a review on a full tmpfs).
     setTimeout(() => {
       log.error('graceful stop took too long; exiting (the journal holds every acknowledged write)');
       exitProcess(1);
-    }, STOP_HARD_LIMIT_MS).unref();
+    }, STOP_HARD_LIMIT_MS);
     server.stopAccepting();
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
@@ -388,7 +392,7 @@ async function main(): Promise<void> {
     await deliveryStopped;
     await auth.stop();
     // After a failed commit lmdb-js may never settle close(); do not let that hang the stop.
-    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS).unref())]);
+    await Promise.race([store.close(), new Promise((resolve) => setTimeout(resolve, STOP_CLOSE_TIMEOUT_MS))]);
     const failure = journal.commitFailure;
     log.info({ durationMs: Date.now() - startedAt, journalFailed: failure !== null }, 'stopped');
     // Exit 1 tells a supervisor the journal had failed: fix the disk, then restart.
