@@ -58,6 +58,16 @@ test('a journal with a hole: the server refuses to start, says which seqs and wh
   assert.equal(check.status, 1);
   assert.match(check.stderr, /seqs 4 to 6 are missing/);
 
+  // `--data-dir=<dir>` names the directory too (it was ignored: DATA_DIR's was checked, and
+  // repaired, instead); an argument it does not know is a usage error, not ignored.
+  const elsewhere = tempDataDir();
+  const named = runCli('journal', ['check', `--data-dir=${dataDir}`], elsewhere);
+  assert.equal(named.status, 1, named.stderr);
+  assert.match(named.stderr, /seqs 4 to 6 are missing/);
+  const odd = runCli('journal', ['repair', '--dry-run'], dataDir);
+  assert.equal(odd.status, 2);
+  assert.match(odd.stderr, /unexpected argument --dry-run/);
+
   const repair = runCli('journal', ['repair'], dataDir);
   assert.equal(repair.status, 0, repair.stderr);
   assert.match(repair.stderr, /deleted 2 record\(s\), seq 7 to 8/);

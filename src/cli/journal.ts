@@ -15,19 +15,35 @@ const USAGE = `usage: npm run journal -- <command>
   DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
 `;
 
+function usageError(message: string): number {
+  process.stderr.write(`${message === '' ? '' : `journal: ${message}\n`}${USAGE}`);
+  return 2;
+}
+
 async function main(argv: string[]): Promise<number> {
   let dataDir = process.env.DATA_DIR || './data';
-  const i = argv.indexOf('--data-dir');
-  if (i !== -1) {
-    dataDir = argv[i + 1] ?? dataDir;
-    argv.splice(i, 2);
+  const words: string[] = [];
+  // Every argument is read, `--data-dir=<dir>` too: only the separate form was, the rest was
+  // ignored, so `check --data-dir=/x` checked ./data and said "no hole", and `repair
+  // --data-dir=/x` repaired ./data (found by a review).
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--data-dir') {
+      const value = argv[++i];
+      if (value === undefined || value === '') return usageError('--data-dir needs a directory');
+      dataDir = value;
+    } else if (arg.startsWith('--data-dir=')) {
+      dataDir = arg.slice('--data-dir='.length);
+      if (dataDir === '') return usageError('--data-dir needs a directory');
+    } else if (arg === '--help' || arg === '-h') {
+      process.stderr.write(USAGE);
+      return 0;
+    } else words.push(arg);
   }
-  const [command] = argv;
-  if (command !== 'check' && command !== 'repair') {
-    const help = command === '--help' || command === '-h';
-    process.stderr.write(`${help || command === undefined ? '' : `journal: unknown command ${command}\n`}${USAGE}`);
-    return help ? 0 : 2;
-  }
+  const [command, ...extra] = words;
+  if (command === undefined) return usageError('');
+  if (command !== 'check' && command !== 'repair') return usageError(`unknown command ${command}`);
+  if (extra.length > 0) return usageError(`unexpected argument ${extra[0]}`);
   if (!requireStore('journal', dataDir)) return 2;
   // A repair writes: never beside a server on the same directory (it would go on writing after the hole).
   if (command === 'repair') {
