@@ -89,6 +89,25 @@ describe('export', () => {
     assert.equal((await streamExport(bigDir, ['events', '--kind', 'event', '--workspace', 'ws-a', '--since', String(EVENTS - 30)])).lines, 20);
   });
 
+  test('with a server running on the directory, events stop at the position it made durable (as --follow does); with none, everything stored', async () => {
+    const server = await startServer();
+    try {
+      assert.equal((await server.post('/product', { id: 'durable-1', name: 'n' })).status, 200);
+      // Past the server's durable position, a batch committed but (as far as the server has
+      // said) not fsync'd yet: written here, beside it, into its LMDB.
+      const store = openStore(server.dataDir);
+      const last = Journal.lastSeq(store.journal);
+      await store.journal.put(last + 1, [{ kind: 'product_delete', workspace: 'ws-a', at: Date.now(), data: { id: 'not-durable' } }]);
+      await store.close();
+      const running = exportLines(server.dataDir, 'events');
+      assert.ok(running.some((e) => e.data?.id === 'durable-1'));
+      assert.ok(!running.some((e) => e.data?.id === 'not-durable'), 'a record past the durable position is not printed while the server runs');
+    } finally {
+      await server.kill();
+    }
+    assert.ok(exportLines(server.dataDir, 'events').some((e) => e.data?.id === 'not-durable'), 'with no server running, every stored record is printed');
+  });
+
   test('bad arguments: a message and a non-zero status', () => {
     for (const args of [[], ['everything'], ['events', '--since', 'x'], ['events', '--kind', 'nope'], ['devices', '--since', '3']]) {
       const res = runCli('export', args, bigDir);

@@ -11,6 +11,7 @@ import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
 import { JournalGap, recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
+import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
 import { NdjsonWriter } from './output.ts';
 import { requireStore } from './data-dir-check.ts';
 
@@ -131,13 +132,30 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
   }
 }
 
+/**
+ * How far a plain `export events` reads: with a server running on the directory, only up to the
+ * position it made durable, as --follow does (lmdb-js shows a commit to other processes before
+ * its fsync: a record printed then could be undone by a power loss and its seq reused by another
+ * write, and a consumer whose cursor had passed it would skip that write; found by a review).
+ * With none running, everything stored: a server that stopped or crashed wrote what it wrote.
+ */
+async function durableBound(dataDir: string, store: Store): Promise<number | null> {
+  try {
+    (await lockDataDir(dataDir)).release();
+    return null;
+  } catch (error) {
+    if (!(error instanceof DataDirError)) throw error;
+    return store.meta.get(DURABLE_SEQ_KEY) ?? Journal.lastSeq(store.journal);
+  }
+}
+
 async function run(args: ExportArgs): Promise<void> {
   if (!requireStore('export', args.dataDir)) process.exit(2);
   const store = openStore(args.dataDir);
   const out = new NdjsonWriter();
   try {
     if (args.what === 'events' && args.follow) await follow(store, args, out);
-    else if (args.what === 'events') await printEvents(store, args, out, args.since, null, () => false);
+    else if (args.what === 'events') await printEvents(store, args, out, args.since, await durableBound(args.dataDir, store), () => false);
     else {
       const workspaces = new Workspaces();
       recover(store, workspaces, new ProfileInterner(), null, args.dataDir);
