@@ -24,6 +24,22 @@ describe('journal retention', () => {
     await server.stop();
   });
 
+  test('a journal emptied by retention: the export says which records are gone (it printed nothing at all)', async () => {
+    const server = await startServer({ env: { SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0', JOURNAL_RETENTION_SECONDS: '1' } });
+    try {
+      for (const id of ['e1', 'e2', 'e3']) assert.equal((await server.post('/product', { id, name: id })).status, 200);
+      await sleep(1500);
+      server.child.kill('SIGUSR2');
+      await server.waitForLog((line) => line.includes('"journal trimmed by retention"'), 10_000);
+      assert.deepEqual(exportLines(server.dataDir, 'events'), []);
+      const cli = runCli('export', ['events', '--since', '1'], server.dataDir);
+      assert.equal(cli.status, 0);
+      assert.equal(cli.stderr, 'export: records 2 to 3 are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from)\n');
+    } finally {
+      await server.stop();
+    }
+  });
+
   test('records older than the retention go once a snapshot covers them; the rest and the state stay', async () => {
     const dataDir = tempDataDir();
     // No snapshot on a timer at first: old records must stay while nothing covers them.

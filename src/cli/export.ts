@@ -11,6 +11,7 @@ import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
 import { JournalGap, recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
+import { newestCompleteSnapshot } from '../journal/snapshot-writer.ts';
 import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
 import { NdjsonWriter } from './output.ts';
 import { requireStore } from './data-dir-check.ts';
@@ -93,6 +94,16 @@ async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, af
     if (args.workspace !== null && record.workspace !== args.workspace) continue;
     if (args.kind !== null && record.kind !== args.kind) continue;
     await out.write(exportRecord(seq, record));
+  }
+  if (cursor === after) {
+    // Nothing after `after` in the journal: retention may have emptied it up to the newest
+    // snapshot. Said too, as above (it printed nothing at all; found by a review).
+    const coveredSeq = newestCompleteSnapshot(store)?.seq ?? 0;
+    const end = upTo === null ? coveredSeq : Math.min(coveredSeq, upTo);
+    if (end > cursor) {
+      process.stderr.write(`export: records ${cursor + 1} to ${end} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from)\n`);
+      cursor = end;
+    }
   }
   return cursor;
 }
