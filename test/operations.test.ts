@@ -337,6 +337,20 @@ describe('CLIs on a data directory', () => {
     assert.equal(runCli('keys', ['list'], missing).stdout.trim().split('\n').length, 2, 'the header and the new key');
   });
 
+  test('export, journal and keys refuse a store file that is empty or not LMDB (status 2, the file untouched): a foreign file crashed them (SIGSEGV), an empty one became an empty store', () => {
+    for (const [content, why] of [[Buffer.alloc(0), /its intake\.mdb is empty/], [Buffer.from('x'.repeat(40_000)), /its intake\.mdb is not an LMDB file/]] as const) {
+      const dir = tempDataDir();
+      writeFileSync(join(dir, 'intake.mdb'), content);
+      for (const [cli, args] of [['export', ['events']], ['export', ['products']], ['journal', ['check']], ['keys', ['list']]] as const) {
+        const res = runCli(cli, [...args], dir);
+        assert.equal(res.status, 2, `${cli} ${args.join(' ')}: ${res.status} ${res.stderr}`);
+        assert.match(res.stderr, why);
+        assert.equal(readFileSync(join(dir, 'intake.mdb')).length, content.length, 'the file is left as it was');
+        assert.equal(existsSync(join(dir, 'intake.mdb-lock')), false, 'no lock file made');
+      }
+    }
+  });
+
   test('journal repair refuses while a server runs on the directory; check may run beside it', async () => {
     const server = await startServer();
     try {
