@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { createKey, KeyError, LmdbKeys, revokeKey, storedKeys } from '../src/auth/key-store.ts';
 import { SETTINGS } from '../src/config/settings.ts';
 import { openStore, STORE_FILE } from '../src/journal/store.ts';
+import { open } from 'lmdb';
 import { serverCommand } from '../bench/lib/servers.ts';
 import { exportLines, launch, ROOT, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
@@ -349,6 +350,20 @@ describe('CLIs on a data directory', () => {
         assert.equal(existsSync(join(dir, 'intake.mdb-lock')), false, 'no lock file made');
       }
     }
+  });
+
+  test('export of a journal batch it cannot decode: the reason on one line and status 1, no stack trace', async () => {
+    const dir = tempDataDir();
+    const store = openStore(dir);
+    await store.journal.put(1, [{ kind: 'product_delete', workspace: 'ws-a', at: 1, data: { id: 'x' } }]);
+    await store.close();
+    // The same batch key, its bytes replaced by ones no record decodes from.
+    const raw = open({ path: join(dir, STORE_FILE), maxDbs: 8 }).openDB<Buffer, number>({ name: 'journal', encoding: 'binary' });
+    await raw.put(1, Buffer.from([0xc1, 0xc1, 0xc1]));
+    await raw.close();
+    const res = runCli('export', ['events'], dir);
+    assert.equal(res.status, 1, res.stderr);
+    assert.match(res.stderr, /^export: [^\n]+\n$/);
   });
 
   test('journal repair refuses while a server runs on the directory; check may run beside it', async () => {

@@ -9,7 +9,7 @@ import { collectionViews, customerViews, deviceView, productViews } from '../act
 import { exportRecord } from '../journal/export-line.ts';
 import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
-import { JournalGap, recover } from '../journal/recovery.ts';
+import { recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
 import { newestCompleteSnapshot } from '../journal/snapshot-writer.ts';
 import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
@@ -198,9 +198,9 @@ try {
     process.stderr.write(USAGE);
     process.exit(error.message === '' ? 0 : 2);
   }
-  if (error instanceof JournalGap) {
-    process.stderr.write(`export: ${error.message}\n`);
-    process.exit(1);
-  }
-  throw error;
+  // A journal with a gap, a data directory it cannot open (a read-only copy: LMDB sets up its
+  // locks even to read), a batch it cannot decode: the reason on one line and status 1, not a
+  // stack trace (found by a review).
+  process.stderr.write(`export: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
 }
