@@ -364,6 +364,24 @@ describe('CLIs on a data directory', () => {
     const res = runCli('export', ['events'], dir);
     assert.equal(res.status, 1, res.stderr);
     assert.match(res.stderr, /^export: [^\n]+\n$/);
+    const check = runCli('journal', ['check'], dir);
+    assert.equal(check.status, 1, check.stderr);
+    assert.match(check.stderr, /^journal: [^\n]+\n$/);
+  });
+
+  test('journal check reads the batches before the newest snapshot too: one it cannot decode is reported (exit 1), though intake can start', async () => {
+    const server = await startServer({ env: { SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' } });
+    for (const id of ['c1', 'c2']) assert.equal((await server.post('/product', { id, name: id })).status, 200);
+    server.child.kill('SIGUSR2');
+    await server.waitForLog((line) => line.includes('"snapshot written"'), 10_000);
+    assert.equal(await server.stop(), 0);
+    const raw = open({ path: join(server.dataDir, STORE_FILE), maxDbs: 8 }).openDB<Buffer, number>({ name: 'journal', encoding: 'binary' });
+    const first = [...raw.getKeys({ limit: 1 })][0]!;
+    await raw.put(first, Buffer.from([0xc1, 0xc1, 0xc1]));
+    await raw.close();
+    const check = runCli('journal', ['check'], server.dataDir);
+    assert.equal(check.status, 1, check.stderr);
+    assert.match(check.stderr, new RegExp(`^journal: the batch at seq ${first} cannot be read \\(.+\\); intake can start`));
   });
 
   test('journal repair refuses while a server runs on the directory; check may run beside it', async () => {

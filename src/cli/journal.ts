@@ -2,9 +2,9 @@
 // For the one journal damage intake itself could cause (before issue 17): a commit failed and
 // later records were stored anyway, leaving a hole in `seq`. The server and the state exports
 // refuse such a journal (recovery.ts) and say to run this. Stop the server first.
-import { describeHole, findHole, JournalGap } from '../journal/recovery.ts';
+import { describeHole, findHole } from '../journal/recovery.ts';
 import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
-import { openStore } from '../journal/store.ts';
+import { openStore, type Store } from '../journal/store.ts';
 import { requireStore } from './data-dir-check.ts';
 
 const USAGE = `usage: npm run journal -- <command>
@@ -14,6 +14,18 @@ const USAGE = `usage: npm run journal -- <command>
            touched; without a hole it does nothing. Stop intake first.
   DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
 `;
+
+/** The first stored batch (by key) that does not decode, or null. */
+function firstUnreadableBatch(store: Store): { seq: number; reason: string } | null {
+  for (const key of store.journal.getKeys()) {
+    try {
+      store.journal.get(key);
+    } catch (error) {
+      return { seq: key, reason: error instanceof Error ? error.message : String(error) };
+    }
+  }
+  return null;
+}
 
 function usageError(message: string): number {
   process.stderr.write(`${message === '' ? '' : `journal: ${message}\n`}${USAGE}`);
@@ -59,6 +71,14 @@ async function main(argv: string[]): Promise<number> {
   try {
     const hole = findHole(store);
     if (hole === null) {
+      // findHole reads what a restart replays (after the newest snapshot); the records before
+      // it are still the event log that export and the sinks read: check says when one of
+      // those batches cannot be read (it said "no hole" while export died on it; a review).
+      const unreadable = command === 'check' ? firstUnreadableBatch(store) : null;
+      if (unreadable !== null) {
+        process.stderr.write(`journal: the batch at seq ${unreadable.seq} cannot be read (${unreadable.reason}); intake can start (its state comes from the newest snapshot, after it), but export events and the sinks cannot read those records\n`);
+        return 1;
+      }
       process.stderr.write('journal: no hole, intake can replay this journal\n');
       return 0;
     }
@@ -82,11 +102,9 @@ async function main(argv: string[]): Promise<number> {
     if (next !== null) throw new Error(`still a hole after the repair: ${describeHole(next)}`);
     return 0;
   } catch (error) {
-    if (error instanceof JournalGap) {
-      process.stderr.write(`journal: ${error.message}\n`);
-      return 1;
-    }
-    throw error;
+    // A gap it cannot repair, a batch it cannot decode: the reason on one line.
+    process.stderr.write(`journal: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
   } finally {
     await store.close();
   }
