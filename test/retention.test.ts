@@ -3,6 +3,8 @@
 // (snapshot + what is left) gives the same state, and seq keeps growing across restarts.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { trimJournal } from '../src/journal/retention.ts';
+import { openStore } from '../src/journal/store.ts';
 import { exportLines, launch, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -22,6 +24,21 @@ describe('journal retention', () => {
     assert.ok(server.logs().some((l) => l.includes('"snapshot written"')));
     assert.equal(exportLines(dataDir, 'events').length, 22);
     await server.stop();
+  });
+
+  test('a batch is trimmed only when its youngest record is older than the retention, whichever record comes last (a big mapping is appended after writes received later)', async () => {
+    const store = openStore(tempDataDir());
+    try {
+      const nowMs = Date.now();
+      const record = (id: string, at: number) => ({ kind: 'product_delete' as const, workspace: 'ws-a', at, data: { id } });
+      await store.journal.put(1, [record('old-1', nowMs - 60_000), record('young', nowMs), record('old-2', nowMs - 60_000)]);
+      await store.journal.put(4, [record('old-3', nowMs - 60_000)]);
+      const report = await trimJournal(store, 4, nowMs - 30_000);
+      assert.equal(report.records, 0, 'the first batch holds a record younger than the retention: nothing from it on');
+      assert.deepEqual([...store.journal.getKeys()], [1, 4]);
+    } finally {
+      await store.close();
+    }
   });
 
   test('a journal emptied by retention: the export says which records are gone (it printed nothing at all)', async () => {

@@ -27,8 +27,12 @@ export async function trimJournal(store: Store, coveredSeq: number, olderThanMs:
     let stoppedAt: number | null = null;
     for (const { key, value } of store.journal.getRange({ limit: TRIM_BATCHES_PER_TXN })) {
       const lastSeq = key + value.length - 1;
-      const newest = value[value.length - 1];
-      if (lastSeq > coveredSeq || newest === undefined || newest.at >= olderThanMs) {
+      // The youngest record of the batch, not its last: `at` is when a write was received, and a
+      // big mapping is appended only after its worker and slices, behind writes received later,
+      // so a batch's last record may be older than one before it (a review).
+      let newestAtMs = -Infinity;
+      for (const record of value) if (record.at > newestAtMs) newestAtMs = record.at;
+      if (lastSeq > coveredSeq || value.length === 0 || newestAtMs >= olderThanMs) {
         stoppedAt = key;
         break;
       }
