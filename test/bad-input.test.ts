@@ -49,6 +49,12 @@ describe('JSON nested deeper than 64 levels', () => {
     });
   }
 
+  test('with a \\uD800 escape in the body (made well-formed as it is parsed): 400 as too deep, not "not valid JSON"', async () => {
+    const res = await server.request('/product', undefined, { raw: `{"id":"p","name":"\\ud800","description":${nested(10_000)}}`, headers: { 'content-type': 'application/json' } });
+    assert.equal(res.status, 400, res.text.slice(0, 200));
+    assert.deepEqual(res.body, { type: 'MalformedJsonError', message: 'request body nests deeper than 64 levels' });
+  });
+
   test('64 levels is still judged: the usual 422', async () => {
     const res = await server.request('/product', undefined, { raw: `{"id":"p","name":"n","description":${nested(64)}}`, headers: { 'content-type': 'application/json' } });
     assert.equal(res.status, 422);

@@ -2,6 +2,7 @@
 // under the same size limit, and JSON that must be an object.
 import { gunzipSync } from 'node:zlib';
 import type { Settings } from '../config/settings.ts';
+import { BodyTooDeepError, MAX_JSON_DEPTH, nestsDeeperThan } from '../schemas/validators.ts';
 
 /** The body limit of a route's kind (inflated size too): the mapping and batch endpoints have their own. */
 export function bodyLimitBytes(limit: 'body' | 'mapping' | 'batch', settings: Pick<Settings, 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>): number {
@@ -88,7 +89,11 @@ function wellFormed(value: unknown): unknown {
 /** JSON.parse of a request body's text, every string well-formed (see SURROGATE_ESCAPE). */
 export function parseJson(text: string): unknown {
   const value: unknown = JSON.parse(text);
-  return SURROGATE_ESCAPE.test(text) ? wellFormed(value) : value;
+  if (!SURROGATE_ESCAPE.test(text)) return value;
+  // wellFormed() recurses: a body nested 10,000 deep overflowed the stack, answered 400 "not
+  // valid JSON" (a review). Refused as too deep, as the validators refuse it.
+  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
+  return wellFormed(value);
 }
 
 /** Parses a body that must be a JSON object. */
@@ -104,8 +109,8 @@ export function parseJsonObject(raw: Buffer): DecodeResult {
   }
   try {
     parsed = parseJson(text);
-  } catch {
-    return { ok: false, error: 'malformed', message: 'request body is not valid JSON' };
+  } catch (error) {
+    return { ok: false, error: 'malformed', message: error instanceof BodyTooDeepError ? error.message : 'request body is not valid JSON' };
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     return { ok: false, error: 'malformed', message: 'request body must be a JSON object' };
