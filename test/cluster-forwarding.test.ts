@@ -9,7 +9,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { freePort } from '../bench/lib/sink-servers.ts';
 import { startFaultProxy, type Action, type FaultProxy } from './helpers/fault-proxy.ts';
-import { exportLines, LAUNCH_INFO, T0, type Response } from './helpers/server.ts';
+import { FORWARD_PATH, FORWARD_SECRET_HEADER } from '../src/cluster/forward-protocol.ts';
+import { exportLines, LAUNCH_INFO, rawExchange, T0, type Response } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { until } from './helpers/wait.ts';
 
@@ -44,6 +45,16 @@ async function proxiedCluster(c: TestCluster): Promise<{ a: TestNode; b: TestNod
 function retryAfter(res: Response): string | null {
   return res.headers.get('retry-after');
 }
+
+test('the forward endpoint answers a wrong cluster secret 401 before reading the body (it read up to its limit, 16 MiB or more, for anyone who could reach the port)', async () => {
+  const c = cluster();
+  const a = await c.add();
+  assert.equal(await c.leader(), a);
+  // Headers only, announcing 50 MB that never come: the answer must not wait for them.
+  const head = `POST ${FORWARD_PATH} HTTP/1.1\r\nhost: x\r\n${FORWARD_SECRET_HEADER}: not-the-secret\r\ncontent-length: 50000000\r\n\r\n`;
+  const { data } = await rawExchange(a.port, [head], 2_000);
+  assert.match(data, /^HTTP\/1\.1 401 /, `answered at once: ${JSON.stringify(data.slice(0, 200))}`);
+});
 
 for (const threads of ['1', '2']) {
   describe(`followers forward writes to the leader (HTTP_THREADS=${threads})`, () => {

@@ -36,6 +36,18 @@ export class ForwardEndpoint {
     private readonly dedup = new ForwardDedup(),
   ) {}
 
+  /**
+   * Whether `secret` may be this epoch's, judged from the header alone: the HTTP layer answers 401
+   * before it reads a body that fails (it read up to the endpoint's limit, 16 MiB or more, for
+   * anyone who could reach the port; found by a review). A node not leading says yes: handle()
+   * answers it 503, which tells a follower to look for the leader again.
+   */
+  mayAccept(secret: string): boolean {
+    if (this.node.refusal() !== null) return true;
+    const own = this.node.forwardSecret();
+    return own !== null && sameSecret(secret, own);
+  }
+
   handle(secret: string, bytes: Buffer): Promise<ForwardReply> {
     const refusal = this.node.refusal();
     if (refusal !== null) return Promise.resolve({ status: 503, text: errorBody(ERRORS.serviceUnavailable, refusal), retryAfterSeconds: 1 });

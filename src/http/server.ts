@@ -42,7 +42,12 @@ export interface ServerDependencies {
    * Cluster mode: the leader's internal endpoint for followers' forwarded writes
    * (cluster/forward-protocol.ts). Absent on a single node: the path is then 404.
    */
-  forwarded?: { limitBytes: number; handle(secret: string, bytes: Buffer): Promise<ForwardReply> } | null;
+  forwarded?: {
+    limitBytes: number;
+    /** False: the secret is not this epoch's, answered 401 before the body is read (optional: an edge thread cannot tell). */
+    mayAccept?(secret: string): boolean;
+    handle(secret: string, bytes: Buffer): Promise<ForwardReply>;
+  } | null;
 }
 
 export interface HttpServer {
@@ -186,6 +191,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       const requestId = idOf(req);
       if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
       const secret = req.getHeader(FORWARD_SECRET_HEADER);
+      if (forwarded.mayAccept?.(secret) === false) return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
       env.inFlight++;
       let finished = false;
       let aborted = false;
