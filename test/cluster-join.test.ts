@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { exportLines, LAUNCH_INFO, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
-import { postgresHarness, waitForHeld, withClient } from './helpers/sinks.ts';
-import { until } from './helpers/wait.ts';
+import { postgresHarness, SHARED_POSTGRES_URL, waitForHeld, withClient } from './helpers/sinks.ts';
+import { metric, until } from './helpers/wait.ts';
+import { startTcpProxy } from './helpers/tcp-proxy.ts';
 import { openStore } from '../src/journal/store.ts';
 import { DURABLE_SEQ_KEY } from '../src/journal/journal.ts';
 
@@ -412,5 +413,40 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     assert.equal(forwarded.status, 200, forwarded.text);
     assert.equal(logged(again, 'finished copying the journal records before the joined snapshot').length, 0, 'the copy is still owed');
     assert.equal((await again.status()).role, 'follower');
+  });
+
+  test('a follower cut off from PostgreSQL while the journal was committed on and then trimmed away (it heard no NOTIFY) catches up through the snapshot once it reaches PostgreSQL again, with no new write', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    // The follower reaches PostgreSQL only through the proxy: cutting it is a partition of b alone.
+    const pgUrl = new URL(SHARED_POSTGRES_URL);
+    const proxy = await startTcpProxy(pgUrl.hostname, Number(pgUrl.port || 5432));
+    try {
+      const b = await c.add({ env: { CLUSTER_POSTGRES_URL: proxy.urlFor(SHARED_POSTGRES_URL) } });
+      for (let i = 0; i < 5; i++) assert.equal((await a.post('/product', { id: `p${i}`, name: 'P' })).status, 200);
+      await caughtUp(b, a);
+      const before = (await b.status()).appliedSeq;
+      await proxy.cut();
+      for (let i = 5; i < 10; i++) assert.equal((await a.post('/product', { id: `p${i}`, name: 'P' })).status, 200);
+      const total = (await a.status()).appliedSeq;
+      assert.equal(total, before + 5);
+      await sleep(1_500);
+      const trims = logged(a, 'cluster journal trimmed by retention in PostgreSQL').length;
+      assert.equal(await snapshotAndUpload(a), total);
+      await nextLog(a, 'cluster journal trimmed by retention in PostgreSQL', trims);
+      assert.equal((await journalRows(c)).batches, 0, 'the journal in PostgreSQL is empty; only its head says it ends at the snapshot');
+      assert.equal((await b.status()).appliedSeq, before);
+      await proxy.restore();
+      // Reconnecting takes up to 2 s (the retry's back-off), then one poll. Before, nothing read
+      // the head: the follower stayed at `before`, with lag 0, until the next write's NOTIFY.
+      await until(`${b.nodeName} to catch up to ${total} with no new write`, async () => (await b.status()).appliedSeq === total, 5_000);
+      await nextLog(b, 'joined from the snapshot stored in PostgreSQL', 0);
+      assert.equal(await metric(b, 'intake_cluster_lag_records'), 0);
+      assert.deepEqual(exportLines(b.dataDir, 'products'), exportLines(a.dataDir, 'products'));
+      assert.equal(exportLines(b.dataDir, 'products').length, 10);
+    } finally {
+      await proxy.close();
+    }
   });
 });

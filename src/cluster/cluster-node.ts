@@ -207,7 +207,7 @@ export class ClusterNode {
   private leaderTarget: LeaderTarget | null = null;
   /** Leading: this epoch's secret for forwarded writes (stored in the lease row at the takeover). */
   private ownSecret: string | null = null;
-  /** The last seq the journal is known to hold (from NOTIFYs, reads and takeovers). */
+  /** The last seq the journal is known to hold (from NOTIFYs, reads of batches and of the head, takeovers). */
   private knownHeadSeq = 0;
   /** After a takeover: the journal's end as of it; the node leads once it has applied this far. */
   private promoteAt = 0;
@@ -479,7 +479,12 @@ export class ClusterNode {
         }
         const after = this.host.appliedSeq();
         batches = await this.reader.use((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
-        if (batches.length === 0 && after < this.knownHeadSeq && (await this.trimmedPast(after))) {
+        // Nothing after `after`: ask the head whether the journal ends here or was trimmed past
+        // it, even when no NOTIFY said it moved. A node that missed the NOTIFYs (its PostgreSQL
+        // connections were cut) while retention emptied the journal otherwise read nothing,
+        // knew no head beyond its own position (lag 0), and stalled until the next write. One
+        // head read per empty read: about one a second on an idle follower.
+        if (batches.length === 0 && (await this.trimmedPast(after))) {
           await this.joinOrFail(after, null);
           continue;
         }
@@ -527,7 +532,10 @@ export class ClusterNode {
     this.trimmedCheckedAtMs = performance.now();
     const trimmed = await this.reader.use(async (client) => {
       const first = await this.journal.firstSeq(client);
-      return first !== null ? first - 1 : (await this.journal.head(client)).lastSeq;
+      if (first !== null) return first - 1;
+      const head = await this.journal.head(client);
+      this.noteHead(head.lastSeq);
+      return head.lastSeq;
     });
     if (trimmed > this.clusterTrimmedSeq) this.clusterTrimmedSeq = trimmed;
   }
@@ -536,10 +544,16 @@ export class ClusterNode {
   private async trimmedPast(appliedSeq: number): Promise<boolean> {
     return this.reader.use(async (client) => {
       const head = await this.journal.head(client);
+      this.noteHead(head.lastSeq);
       if (head.lastSeq <= appliedSeq) return false;
       const first = await this.journal.firstSeq(client);
       return first === null || first > appliedSeq + 1;
     });
+  }
+
+  /** The journal is known to reach `lastSeq` (read from its head): lag and catching up count from there. */
+  private noteHead(lastSeq: number): void {
+    if (lastSeq > this.knownHeadSeq) this.knownHeadSeq = lastSeq;
   }
 
   /** The journal no longer reaches back to `appliedSeq` + 1: join through the newest snapshot, or fail (and retry). */
