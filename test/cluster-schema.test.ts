@@ -4,8 +4,11 @@
 // renewal and takeover of every cluster in the database. The machine's PostgreSQL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
+import { ensureClusterRows, ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
+import { saveSinkPositions } from '../src/cluster/sink-positions.ts';
+import { dropCluster } from './helpers/cluster.ts';
 import { SHARED_POSTGRES_URL } from './helpers/sinks.ts';
 
 test('on a schema that exists, ensureSchema waits for no lock a transaction on the lease table holds', async () => {
@@ -27,5 +30,27 @@ test('on a schema that exists, ensureSchema waits for no lock a transaction on t
     await holder.query('ROLLBACK').catch(() => undefined);
     await holder.end();
     await starting.end();
+  }
+});
+
+test('dropCluster (the tests\' clean-up) leaves no row of the cluster in any table of the schema, sink positions included', async () => {
+  const name = `t${randomBytes(5).toString('hex')}`;
+  const client = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
+  await client.connect();
+  try {
+    await ensureSchema(client);
+    await ensureClusterRows(client, name);
+    await saveSinkPositions(client, name, 1, [{ sink: 'nats', confirmed: { seq: 3, marker: null } }]);
+    await dropCluster(SHARED_POSTGRES_URL, name);
+    const { rows: tables } = await client.query<{ table_name: string }>(
+      `SELECT table_name FROM information_schema.columns WHERE table_schema = '${SCHEMA}' AND column_name = 'cluster'`,
+    );
+    assert.ok(tables.some((t) => t.table_name === 'sink_positions'));
+    for (const { table_name } of tables) {
+      const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM ${SCHEMA}."${table_name}" WHERE cluster = $1`, [name]);
+      assert.equal(Number(rows[0]!.n), 0, `${table_name}: no row of the dropped cluster`);
+    }
+  } finally {
+    await client.end();
   }
 });
