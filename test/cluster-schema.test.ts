@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { ensureClusterRows, ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
+import { clusterIdentity, ensureClusterRows, ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
 import { saveSinkPositions } from '../src/cluster/sink-positions.ts';
 import { dropCluster } from './helpers/cluster.ts';
 import { SHARED_POSTGRES_URL } from './helpers/sinks.ts';
@@ -52,5 +52,27 @@ test('dropCluster (the tests\' clean-up) leaves no row of the cluster in any tab
     }
   } finally {
     await client.end();
+  }
+});
+
+test('a cluster made before identities gets exactly one: of ten nodes giving it one at once, all read the same', async () => {
+  const name = `t${randomBytes(5).toString('hex')}`;
+  const clients = Array.from({ length: 10 }, () => new pg.Client({ connectionString: SHARED_POSTGRES_URL }));
+  await Promise.all(clients.map((client) => client.connect()));
+  try {
+    await ensureSchema(clients[0]!);
+    await ensureClusterRows(clients[0]!, name);
+    const made = await clusterIdentity(clients[0]!, name);
+    assert.ok(made !== null && made.length > 0, 'a new cluster is made with one');
+    assert.equal(await clusterIdentity(clients[1]!, name), made, 'and keeps it');
+    // As a version before identities left the head row.
+    await clients[0]!.query(`UPDATE ${SCHEMA}.head SET cluster_id = NULL WHERE cluster = $1`, [name]);
+    const ids = await Promise.all(clients.map((client) => clusterIdentity(client, name)));
+    assert.equal(new Set(ids).size, 1, JSON.stringify(ids));
+    assert.ok(ids[0] !== null && ids[0] !== made);
+    assert.equal(await clusterIdentity(clients[0]!, 'no-such-cluster-' + name), null);
+  } finally {
+    await dropCluster(SHARED_POSTGRES_URL, name);
+    await Promise.all(clients.map((client) => client.end()));
   }
 });

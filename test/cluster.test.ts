@@ -4,9 +4,10 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
-import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir } from './helpers/server.ts';
+import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
+import { openStore, readClusterId, writeClusterId } from '../src/journal/store.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
-import { postgresHarness, SHARED_POSTGRES_URL, SINK_HARNESSES, waitForHeld, type SinkTarget } from './helpers/sinks.ts';
+import { postgresHarness, SHARED_POSTGRES_URL, SINK_HARNESSES, waitForHeld, withClient, type SinkTarget } from './helpers/sinks.ts';
 import { until } from './helpers/wait.ts';
 
 const cluster = clustersOfThisFile();
@@ -27,6 +28,46 @@ async function writeEveryKind(node: TestNode, tag: string): Promise<string> {
 }
 
 const WHATS = ['events', 'devices', 'customers', 'products', 'collections'];
+
+async function writeProducts(node: TestServer, tag: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const res = await node.post('/product', { id: `${tag}-${i}`, name: 'P' });
+    assert.equal(res.status, 200, res.text);
+  }
+}
+
+/** The log lines of `node` whose msg is `msg`. */
+function logged(node: TestServer, msg: string): Array<Record<string, unknown>> {
+  return node.logs().flatMap((line) => {
+    try {
+      const entry = JSON.parse(line) as Record<string, unknown>;
+      return entry.msg === msg ? [entry] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** SIGUSR2 on `node`, then waits for `msg` logged after it (a snapshot's upload, a trim). */
+async function snapshotThen(node: TestServer, msg: string): Promise<void> {
+  const before = logged(node, msg).length;
+  node.child.kill('SIGUSR2');
+  await until(`'${msg}' on ${node.url}`, async () => logged(node, msg).length > before, 15_000);
+}
+
+/** Everything a data directory holds that a refused start must leave as it was. */
+async function contents(dataDir: string): Promise<Record<string, unknown[]>> {
+  const out: Record<string, unknown[]> = {};
+  for (const what of WHATS) out[what] = exportLines(dataDir, what);
+  const store = openStore(dataDir);
+  try {
+    out.snapshots = [...store.snapshots.getRange()].map(({ value }) => value);
+    out.clusterId = [readClusterId(store)];
+  } finally {
+    await store.close();
+  }
+  return out;
+}
 
 describe('cluster mode', () => {
   test('one leader applies writes; a follower forwards the writes sent to it (a load balancer may spread writes over every node), applies the journal, and exports the same data', async () => {
@@ -429,6 +470,110 @@ describe('cluster mode', () => {
     // A fresh cluster with an empty journal: the local journal is ahead of it.
     const other = cluster();
     await assert.rejects(other.add({ dataDir }), /holds records up to seq 7, but the cluster's journal ends at seq 0/);
+  });
+
+  test('a single node\'s data directory, or another cluster\'s, started in a cluster whose journal retention emptied: refused (exit 1) and left as it was, not replaced by the cluster\'s snapshot', async () => {
+    const single = await startServer();
+    await writeProducts(single, 'single', 3);
+    assert.equal(await single.stop(), 0);
+    const other = cluster();
+    const x = await other.add();
+    await other.leader();
+    await writeProducts(x, 'other', 3);
+    assert.equal(await x.stop(), 0);
+
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const a = await c.add();
+    await c.leader();
+    await writeProducts(a, 'cluster', 10);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await snapshotThen(a, 'cluster journal trimmed by retention in PostgreSQL');
+    const [{ n }] = await withClient(c.url, async (client) => (await client.query<{ n: string }>('SELECT count(*) AS n FROM intake_cluster.journal WHERE cluster = $1', [c.name])).rows) as [{ n: string }];
+    assert.equal(Number(n), 0, 'nothing left in the cluster\'s journal to compare a record with');
+
+    for (const [what, dataDir, reason] of [
+      ['a single node\'s', single.dataDir, /cannot be shown to be a copy of cluster .*it records no cluster identity.*the cluster's journal no longer holds it/],
+      ['another cluster\'s', x.dataDir, /is not a copy of cluster .*it belongs to another cluster/],
+    ] as const) {
+      const before = await contents(dataDir);
+      assert.equal(before.products!.length, 3);
+      await assert.rejects(c.add({ dataDir }), (error: Error) => {
+        assert.match(error.message, /exited \(1\) before listening/, what);
+        assert.match(error.message, reason, what);
+        assert.match(error.message, /Nothing was changed\. Move DATA_DIR aside/, what);
+        return true;
+      });
+      // Before, the node joined from the cluster's snapshot: its journal and snapshots were replaced.
+      assert.deepEqual(await contents(dataDir), before, `${what} directory is as it was`);
+    }
+  });
+
+  test('a single node\'s data directory whose own retention emptied its journal, started in a cluster that holds those seqs: refused, not followed on top of its own state', async () => {
+    const single = await startServer({ env: { JOURNAL_RETENTION_SECONDS: '1' } });
+    await writeProducts(single, 'single', 3);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await snapshotThen(single, 'journal trimmed by retention');
+    assert.equal(await single.stop(), 0);
+    const before = await contents(single.dataDir);
+    assert.equal(before.events!.length, 0, 'its journal is empty: only its snapshot says what seq 1..3 were');
+    assert.equal(before.products!.length, 3);
+
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    await writeProducts(a, 'cluster', 10);
+    await assert.rejects(c.add({ dataDir: single.dataDir }), (error: Error) => {
+      assert.match(error.message, /exited \(1\) before listening/);
+      assert.match(error.message, /cannot be shown to be a copy of cluster .*its last record, seq 3, cannot be compared.*its own journal no longer holds it/);
+      return true;
+    });
+    // Before, it followed from seq 4 on: the single node's products 1..3 with the cluster's 4..10.
+    assert.deepEqual(await contents(single.dataDir), before);
+  });
+
+  test('upgrade: a cluster and node directories made before cluster identities get one; a directory whose last record is the cluster\'s takes it, and one of another cluster is refused', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    await writeProducts(a, 'before', 5);
+    await until('b to catch up', async () => (await b.status()).appliedSeq === 5);
+    assert.equal(await b.stop(), 0);
+    assert.equal(await a.stop(), 0);
+    const headId = async (): Promise<string | null> =>
+      withClient(c.url, async (client) => (await client.query<{ cluster_id: string | null }>('SELECT cluster_id FROM intake_cluster.head WHERE cluster = $1', [c.name])).rows[0]!.cluster_id);
+    const id = await headId();
+    assert.ok(id !== null, 'a new cluster has an identity');
+    for (const node of [a, b]) assert.equal((await contents(node.dataDir)).clusterId![0], id, `${node.nodeName}'s directory records it`);
+    // As a version before identities left them: no identity anywhere.
+    await withClient(c.url, (client) => client.query('UPDATE intake_cluster.head SET cluster_id = NULL WHERE cluster = $1', [c.name]));
+    for (const node of [a, b]) {
+      const store = openStore(node.dataDir);
+      await store.meta.remove('clusterId');
+      await store.close();
+    }
+
+    const b2 = await c.add({ dataDir: b.dataDir, nodeName: b.nodeName });
+    const a2 = await c.add({ dataDir: a.dataDir, nodeName: a.nodeName });
+    const leader = await c.leader();
+    await writeProducts(leader, 'after', 2);
+    for (const node of [a2, b2]) await until(`${node.nodeName} to catch up`, async () => (await node.status()).appliedSeq === 7);
+    const newId = await headId();
+    assert.ok(newId !== null && newId !== id, 'the cluster got an identity at the first start');
+    assert.equal(await b2.stop(), 0);
+    assert.equal(await a2.stop(), 0);
+    for (const node of [a2, b2]) {
+      assert.equal(logged(node, 'this data directory now belongs to the cluster (it recorded no identity; its last record is the cluster\'s)').length, 1);
+      assert.equal((await contents(node.dataDir)).clusterId![0], newId, `${node.nodeName} took it`);
+    }
+
+    // Another cluster's identity: refused even though its journal is this cluster's prefix.
+    const store = openStore(b.dataDir);
+    await writeClusterId(store, 'another-cluster');
+    await store.close();
+    const before = await contents(b.dataDir);
+    await assert.rejects(c.add({ dataDir: b.dataDir }), /it belongs to another cluster \(identity another-cluster/);
+    assert.deepEqual(await contents(b.dataDir), before);
   });
 
   test('nodes of a new cluster started while PostgreSQL is unreachable: once it is back, one of them leads, no restart', async () => {

@@ -38,7 +38,7 @@ import { ClusterJournal, FencedError, type StoredBatch } from './cluster-journal
 import { ClusterSnapshots, type StoredSnapshot } from './cluster-snapshots.ts';
 import { Lease, type LeaseState } from './lease.ts';
 import { closeClient, connectClient, LazyClient } from './pg-client.ts';
-import { channelOf, ensureClusterRows, ensureSchema } from './schema.ts';
+import { channelOf, clusterIdentity, ensureClusterRows, ensureSchema } from './schema.ts';
 import { readSinkPositions, saveSinkPositions } from './sink-positions.ts';
 
 /** Batches read per round trip while replicating (each at most JOURNAL_MAX_BATCH_RECORDS). */
@@ -104,6 +104,10 @@ export interface ClusterHost {
   committedSeq(): number;
   /** This node's own journal record of `seq` (null when it is not, or no longer, stored). */
   localRecord(seq: number): JournalRecord | null;
+  /** The identity of the cluster this data directory belongs to, or null when it records none. */
+  clusterId(): string | null;
+  /** Records that this data directory belongs to cluster `id` (durable once it resolves). */
+  adoptClusterId(id: string): Promise<void>;
   /** Leader only: delivery downstream. */
   leading(on: boolean): void;
   /** Every sink's confirmed position saved on this node (shared through PostgreSQL while it leads). */
@@ -156,8 +160,14 @@ export interface ClusterMetrics {
   forwardRefused(): void;
 }
 
-/** The local journal is not a prefix of the cluster's (checkPrefix). */
+/** The local journal is not a prefix of the cluster's, or the data directory is not this cluster's (checkPrefix). */
 export class DivergedError extends Error {}
+
+/** Why checkPrefix refuses a data directory; `proven`: it is not a copy (else: it cannot be shown to be one). */
+interface Refusal {
+  reason: string;
+  proven: boolean;
+}
 
 /** Where a follower forwards writes (leader-link.ts): the leader of an epoch, as its lease row says. */
 export interface LeaderTarget {
@@ -361,36 +371,75 @@ export class ClusterNode {
   }
 
   /**
-   * This node's own journal must be a prefix of the cluster's: by the commit order it always is
-   * (a leader writes its copy after PostgreSQL committed). If it is not, the data directory was
-   * used by a single node or another cluster, or PostgreSQL lost commits (restored from a backup,
-   * failed over to an asynchronous replica). Following would mix two journals, and leading
-   * would fail every commit; the node refuses to start instead, and says what to do.
+   * The data directory must belong to this cluster, and this node's own journal must be a prefix
+   * of the cluster's: by the commit order it always is (a leader writes its copy after
+   * PostgreSQL committed). If it is not, the directory was used by a single node or another
+   * cluster, or PostgreSQL lost commits (restored from a backup, failed over to an asynchronous
+   * replica). Following would mix two journals (or a join from the snapshot would delete this
+   * one), and leading would fail every commit; the node refuses to start instead, changing
+   * nothing, and says what to do.
+   *
+   * The identity comes first: the prefix check alone cannot tell when there is nothing to
+   * compare (retention trimmed the record on either side), and passed such directories. So:
+   * - the directory records this cluster's identity: the prefix check, where a trimmed record
+   *   is fine (the directory is this cluster's; retention trims on both sides);
+   * - it records another identity: refused;
+   * - it records none (a single node's, or a node's made before identities), and is empty:
+   *   it takes this cluster's identity, and joins;
+   * - it records none and holds records: it takes the identity only if its last record is in
+   *   the cluster's journal and equal to it (a record carries its server receive time in ms:
+   *   an equal one is the same write); refused when it differs, is ahead of the journal, or
+   *   cannot be compared because either side trimmed it, since such a directory cannot be told
+   *   from a single node's.
    */
   private async checkPrefix(client: pg.Client): Promise<void> {
+    const clusterId = await clusterIdentity(client, this.settings.cluster);
+    // The rows were removed under this node: not a verdict on its directory; tried again.
+    if (clusterId === null) throw new Error(`cluster "${this.settings.cluster}" has no head row in PostgreSQL`);
+    const mine = this.host.clusterId();
     const local = this.host.appliedSeq();
-    const reason = local === 0 ? null : await this.divergence(client, local);
-    // Done, either way: a diverged journal ends the node.
+    let refusal: Refusal | null;
+    if (mine !== null && mine !== clusterId) refusal = { reason: `it belongs to another cluster (identity ${mine}; cluster "${this.settings.cluster}" is ${clusterId})`, proven: true };
+    else refusal = local === 0 ? null : await this.divergence(client, local, mine === null);
+    if (refusal === null) {
+      if (mine === null) {
+        await this.host.adoptClusterId(clusterId);
+        this.log.info({ clusterId, appliedSeq: local }, local === 0 ? 'this data directory now belongs to the cluster (it was empty)' : 'this data directory now belongs to the cluster (it recorded no identity; its last record is the cluster\'s)');
+      }
+      this.prefixChecked = true;
+      return;
+    }
+    // Done: a refused directory ends the node.
     this.prefixChecked = true;
-    if (reason === null) return;
     throw new DivergedError(
-      `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${reason}. ` +
-        `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). ` +
+      (refusal.proven
+        ? `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
+          `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). `
+        : `this node's data directory cannot be shown to be a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
+          `It may be a single node's, whose data would be lost or mixed with the cluster's. `) +
         `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
         `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
     );
   }
 
-  /** How this node's last record `local` disagrees with the cluster's journal, or null. */
-  private async divergence(client: pg.Client, local: number): Promise<string | null> {
+  /**
+   * How this node's last record `local` disagrees with the cluster's journal, or null. `strict`
+   * (the directory records no identity): a record trimmed on either side is a refusal too.
+   */
+  private async divergence(client: pg.Client, local: number, strict: boolean): Promise<Refusal | null> {
     const head = await this.journal.head(client);
-    if (local > head.lastSeq) return `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`;
+    if (local > head.lastSeq) return { reason: `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`, proven: true };
     const [batch] = await this.journal.batchesAfter(client, local - 1, 1);
     const theirs = batch === undefined ? undefined : batch.records[local - batch.firstSeq];
     const mine = this.host.localRecord(local);
-    // Trimmed by retention on either side: nothing to compare, and nothing was mixed.
-    if (theirs === undefined || mine === null || exportLine(local, theirs) === exportLine(local, mine)) return null;
-    return `its record ${local} is not the cluster's record ${local}`;
+    if (theirs !== undefined && mine !== null) {
+      return exportLine(local, theirs) === exportLine(local, mine) ? null : { reason: `its record ${local} is not the cluster's record ${local}`, proven: true };
+    }
+    // Trimmed by retention on either side: nothing to compare. Nothing was mixed when the
+    // directory is this cluster's; without an identity that is unknown.
+    if (!strict) return null;
+    const gone = mine === null ? 'its own journal no longer holds it' : 'the cluster\'s journal no longer holds it';
+    return { reason: `it records no cluster identity (a single node's directory, or a node's from before cluster identities), and its last record, seq ${local}, cannot be compared with the cluster's: ${gone} (retention)`, proven: false };
   }
 
   /** Takes part in elections from now on, known to the others as `name` at `address`. */

@@ -22,7 +22,7 @@ import type { Journal, RemoteCommit } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
 import { keptSinceMs, recover, replayRecord } from '../journal/recovery.ts';
 import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
-import type { SnapshotMeta, Store } from '../journal/store.ts';
+import { readClusterId, writeClusterId, type SnapshotMeta, type Store } from '../journal/store.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { ClusterHost, SnapshotSource } from './cluster-node.ts';
 
@@ -69,6 +69,14 @@ export class NodeState implements ClusterHost {
 
   localRecord(seq: number): JournalRecord | null {
     return this.deps.journal.recordAt(seq);
+  }
+
+  clusterId(): string | null {
+    return readClusterId(this.deps.store);
+  }
+
+  adoptClusterId(id: string): Promise<void> {
+    return writeClusterId(this.deps.store, id);
   }
 
   committedSeq(): number {

@@ -2,6 +2,7 @@
 // database (each row carries its cluster's name). Created when missing, under an advisory lock:
 // several nodes starting at once would otherwise race on CREATE ... IF NOT EXISTS (which is not
 // safe against a concurrent create of the same name).
+import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 
 export const SCHEMA = 'intake_cluster';
@@ -37,7 +38,18 @@ const DDL = [
   `CREATE TABLE IF NOT EXISTS ${SCHEMA}.head (
      cluster text PRIMARY KEY,
      epoch bigint NOT NULL,
-     last_seq bigint NOT NULL)`,
+     last_seq bigint NOT NULL,
+     cluster_id text)`,
+  // The cluster's identity (clusterIdentity below): random, made with the head row. A node's data
+  // directory records the identity of the cluster it belongs to, and a node refuses a directory
+  // of another. Added to tables made before identities, as forward_secret above (and why only
+  // when missing: there).
+  `DO $$ BEGIN
+     IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = '${SCHEMA}' AND table_name = 'head' AND column_name = 'cluster_id') THEN
+       ALTER TABLE ${SCHEMA}.head ADD COLUMN cluster_id text;
+     END IF;
+   END $$`,
   // One row per group-commit batch: records first_seq..last_seq, msgpack (record-codec.ts).
   `CREATE TABLE IF NOT EXISTS ${SCHEMA}.journal (
      cluster text NOT NULL,
@@ -113,14 +125,27 @@ export async function ensureSchema(client: pg.Client): Promise<void> {
   }
 }
 
-/** The cluster's lease and head rows, created when missing (epoch 0, nothing committed). */
+/** The cluster's lease and head rows, created when missing (epoch 0, nothing committed, a new identity). */
 export async function ensureClusterRows(client: pg.Client, cluster: string): Promise<void> {
   // One statement: both rows or neither.
   await client.query(
     `WITH l AS (INSERT INTO ${SCHEMA}.lease (cluster, node, address, epoch, expires_at) VALUES ($1, NULL, NULL, 0, '-infinity') ON CONFLICT (cluster) DO NOTHING)
-     INSERT INTO ${SCHEMA}.head (cluster, epoch, last_seq) VALUES ($1, 0, 0) ON CONFLICT (cluster) DO NOTHING`,
-    [cluster],
+     INSERT INTO ${SCHEMA}.head (cluster, epoch, last_seq, cluster_id) VALUES ($1, 0, 0, $2) ON CONFLICT (cluster) DO NOTHING`,
+    [cluster, randomUUID()],
   );
+}
+
+/**
+ * The cluster's identity, given one first when its head row has none (a cluster made before
+ * identities). Several nodes may do this at once: the UPDATE sets it only while it is NULL, and a
+ * second UPDATE waiting on the first's row lock re-checks that on the row the first wrote
+ * (READ COMMITTED), so it changes nothing; both then read the one identity. Null when the
+ * cluster has no head row.
+ */
+export async function clusterIdentity(client: pg.Client, cluster: string): Promise<string | null> {
+  await client.query(`UPDATE ${SCHEMA}.head SET cluster_id = $2 WHERE cluster = $1 AND cluster_id IS NULL`, [cluster, randomUUID()]);
+  const { rows } = await client.query<{ cluster_id: string | null }>(`SELECT cluster_id FROM ${SCHEMA}.head WHERE cluster = $1`, [cluster]);
+  return rows[0]?.cluster_id ?? null;
 }
 
 /** The LISTEN/NOTIFY channel of a cluster: commits and lease releases wake its followers. */

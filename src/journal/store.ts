@@ -37,7 +37,7 @@ export interface Store {
   journal: Database<JournalRecord[], number>;
   /** sha256(key) hex → key metadata. */
   keys: Database<StoredKey, string>;
-  /** Small values: `keysVersion` (bumped on every key change), `durableSeq` (journal.ts). */
+  /** Small values: `keysVersion` (bumped on every key change), `durableSeq` (journal.ts); `clusterId` (a string: readClusterId). */
   meta: Database<number, string>;
   /** Sink id (e.g. `nats:INTAKE`) → the seq of the last record that sink confirmed. */
   delivery: Database<number, string>;
@@ -49,6 +49,23 @@ export interface Store {
 }
 
 export const STORE_FILE = 'intake.mdb';
+
+/**
+ * `meta` key: the identity of the cluster this data directory belongs to (cluster-node.ts), set
+ * when a node first joins or creates that cluster. The only string among meta's numbers.
+ */
+export const CLUSTER_ID_KEY = 'clusterId';
+
+/** The identity of the cluster this data directory belongs to, or null (a single node's, or one made before identities). */
+export function readClusterId(store: Store): string | null {
+  const value: unknown = (store.meta as Database<unknown, string>).get(CLUSTER_ID_KEY);
+  return typeof value === 'string' ? value : null;
+}
+
+/** Records that this data directory belongs to cluster `id`; durable once it resolves. */
+export async function writeClusterId(store: Store, id: string): Promise<void> {
+  await (store.meta as Database<unknown, string>).put(CLUSTER_ID_KEY, id);
+}
 
 /** Whether `dataDir` holds intake's data (a tool that only reads must not make an empty store by a typo). */
 export function storeExists(dataDir: string): boolean {
