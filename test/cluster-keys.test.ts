@@ -10,6 +10,7 @@ import { createFirstKey } from '../src/auth/key-store.ts';
 import { PgKeys } from '../src/cluster/pg-keys.ts';
 import { withClient } from './helpers/sinks.ts';
 import { runCli, tempDataDir, type TestServer } from './helpers/server.ts';
+import { openStore, storeExists } from '../src/journal/store.ts';
 import { clustersOfThisFile, type TestCluster } from './helpers/cluster.ts';
 import { until } from './helpers/wait.ts';
 
@@ -48,6 +49,16 @@ async function everyNodeWithin(nodes: TestServer[], check: (node: TestServer) =>
   }
 }
 
+/** How many keys a data directory's own LMDB holds. */
+async function localKeys(dataDir: string): Promise<number> {
+  const store = openStore(dataDir);
+  try {
+    return [...store.keys.getKeys()].length;
+  } finally {
+    await store.close();
+  }
+}
+
 function createdLines(nodes: TestServer[]): string[] {
   return nodes.flatMap((node) => [...node.stderr().matchAll(CREATED_LINE)].map((m) => m[1]!));
 }
@@ -71,10 +82,7 @@ describe('keys in cluster mode', () => {
     assert.equal(rows[0].prefix, key.slice(0, 12));
     assert.equal(rows[0].workspace, 'ws1');
     assert.ok(!JSON.stringify(rows).includes(key), 'the key itself is not stored');
-    for (const node of nodes) {
-      const local = runCli('keys', ['list'], node.dataDir);
-      assert.equal(local.stdout.trim().split('\n').length, 1, 'nothing in the node\'s own LMDB');
-    }
+    for (const node of nodes) assert.equal(await localKeys(node.dataDir), 0, 'nothing in the node\'s own LMDB');
 
     // The flags work as well as the environment.
     const list = runCli('keys', ['list', '--cluster-postgres-url', c.url, `--cluster-name=${c.name}`], tempDataDir());
@@ -127,6 +135,35 @@ describe('keys in cluster mode', () => {
     assert.doesNotMatch(later.stderr(), /created workspace/, 'a later start prints nothing');
     assert.ok(await accepts(later, key));
     assert.equal(keys(c, 'list').stdout.trim().split('\n').length, 2, 'and creates nothing');
+  });
+
+  test('keys CLI without CLUSTER_POSTGRES_URL refuses a cluster node\'s data directory, and --cluster-name alone (exit 2, nothing written); a single node\'s directory still works', async () => {
+    const c = cluster();
+    const node = await c.add();
+    await c.leader();
+    assert.equal(await node.stop(), 0);
+    const single = { CLUSTER_POSTGRES_URL: '', CLUSTER_NAME: '' };
+    for (const args of [['create', 'x'], ['list'], ['revoke', 'abcdefgh']]) {
+      const res = runCli('keys', args, node.dataDir, single);
+      assert.equal(res.status, 2, `${args[0]}: ${res.stderr}`);
+      assert.match(res.stderr, /is the data directory of a cluster node \(cluster identity \S+\).*Set CLUSTER_POSTGRES_URL/, args[0]);
+      assert.equal(res.stdout, '', 'no key printed');
+    }
+    // Before, `create` wrote the key here and printed it, and no node ever accepted it.
+    assert.equal(await localKeys(node.dataDir), 0);
+
+    // --cluster-name without a URL: before, the key went to DATA_DIR (./data by default).
+    const dataDir = tempDataDir();
+    for (const flag of [['--cluster-name', c.name], [`--cluster-name=${c.name}`]]) {
+      const named = runCli('keys', ['create', 'x', ...flag], dataDir, single);
+      assert.equal(named.status, 2, named.stderr);
+      assert.match(named.stderr, /--cluster-name needs CLUSTER_POSTGRES_URL/);
+    }
+    assert.equal(storeExists(dataDir), false, 'no data directory was made');
+
+    const ok = runCli('keys', ['create', 'x'], dataDir, single);
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.equal(await localKeys(dataDir), 1);
   });
 
   test('the first-start check and insert are one locked transaction: of ten connections racing, exactly one creates a key', async () => {

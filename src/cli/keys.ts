@@ -5,7 +5,7 @@
 import { createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
 import { PgKeys } from '../cluster/pg-keys.ts';
 import { SETTINGS } from '../config/settings.ts';
-import { openStore, storeExists, type Store } from '../journal/store.ts';
+import { openStore, readClusterId, storeExists, type Store } from '../journal/store.ts';
 import { requireStore } from './data-dir-check.ts';
 
 const USAGE = `usage: npm run keys -- <command>
@@ -15,6 +15,7 @@ const USAGE = `usage: npm run keys -- <command>
   DATA_DIR (or --data-dir <dir>) selects the data directory, default ./data
   CLUSTER_POSTGRES_URL (or --cluster-postgres-url <url>), when set, selects the keys of cluster
   CLUSTER_NAME (or --cluster-name <name>, default intake) in that PostgreSQL instead
+  (a cluster node's data directory, or --cluster-name, without it is refused)
 `;
 
 /** Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. */
@@ -32,6 +33,7 @@ function takeFlag(argv: string[], flag: string, fallback: string): string {
 }
 
 async function main(argv: string[]): Promise<number> {
+  const clusterNameGiven = argv.some((arg) => arg === '--cluster-name' || arg.startsWith('--cluster-name='));
   const dataDir = takeFlag(argv, '--data-dir', process.env.DATA_DIR || './data');
   const clusterUrl = takeFlag(argv, '--cluster-postgres-url', process.env.CLUSTER_POSTGRES_URL ?? '');
   const clusterName = takeFlag(argv, '--cluster-name', process.env.CLUSTER_NAME || 'intake');
@@ -45,6 +47,12 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`keys: CLUSTER_NAME must be ${nameSpec.patternHint}\n`);
     return 2;
   }
+  // A cluster named without its PostgreSQL: the keys would go to DATA_DIR (./data by default),
+  // which no node of that cluster reads.
+  if (clusterUrl === '' && clusterNameGiven) {
+    process.stderr.write('keys: --cluster-name needs CLUSTER_POSTGRES_URL (or --cluster-postgres-url): a cluster\'s keys are in its PostgreSQL\n');
+    return 2;
+  }
   let store: Store | null = null;
   let source: KeySource;
   if (clusterUrl !== '') source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
@@ -52,8 +60,20 @@ async function main(argv: string[]): Promise<number> {
     // Only `create` may start a data directory (keys made before the server's first start);
     // it says so, since a key made in the wrong directory is never accepted.
     if (command !== 'create' && !requireStore('keys', dataDir)) return 2;
-    if (command === 'create' && !storeExists(dataDir)) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
+    const existed = storeExists(dataDir);
     store = openStore(dataDir);
+    // A cluster node's directory: its node reads keys from the cluster's PostgreSQL only, so a
+    // key made here would never be accepted (and `list` would show keys nobody honours).
+    const clusterId = existed ? readClusterId(store) : null;
+    if (clusterId !== null) {
+      await store.close();
+      process.stderr.write(
+        `keys: ${dataDir} is the data directory of a cluster node (cluster identity ${clusterId}); a cluster's keys are in its PostgreSQL, and no node reads keys from here. ` +
+          'Set CLUSTER_POSTGRES_URL (or --cluster-postgres-url) and CLUSTER_NAME (or --cluster-name) to the cluster\'s\n',
+      );
+      return 2;
+    }
+    if (command === 'create' && !existed) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
     source = new LmdbKeys(store);
   }
   try {
