@@ -301,7 +301,7 @@ async function main(): Promise<void> {
     });
     gate = forwardingGate(clusterNode, leaderLink);
     sink = new SwitchingSink(() => clusterNode.role === 'leader', executor, leaderLink);
-    forwardEndpoint = new ForwardEndpoint(clusterNode, executor, log, clusterCounters);
+    forwardEndpoint = new ForwardEndpoint(clusterNode, executor, auth, log, clusterCounters);
   }
   let server: HttpServer;
   if (edgeThreads) {
@@ -331,7 +331,7 @@ async function main(): Promise<void> {
   } else {
     metrics.watchHttpThreads(() => 1);
     // A cluster node applies writes here while it leads; while it follows they go to the leader.
-    const followerLink = node === null ? null : new LocalLink(sink);
+    const followerLink = node === null ? null : new LocalLink(sink, auth);
     const mainServer = await startHttpServer({
       settings,
       auth,

@@ -9,7 +9,8 @@ import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { createFirstKey } from '../src/auth/key-store.ts';
 import { PgKeys } from '../src/cluster/pg-keys.ts';
 import { withClient } from './helpers/sinks.ts';
-import { runCli, tempDataDir, type TestServer } from './helpers/server.ts';
+import { exportLines, runCli, tempDataDir, type TestServer } from './helpers/server.ts';
+import { startTcpProxy } from './helpers/tcp-proxy.ts';
 import { openStore, storeExists } from '../src/journal/store.ts';
 import { clustersOfThisFile, type TestCluster } from './helpers/cluster.ts';
 import { until } from './helpers/wait.ts';
@@ -180,6 +181,45 @@ describe('keys in cluster mode', () => {
       await Promise.all(sources.map((source) => source.close()));
     }
   });
+
+  for (const threads of ['1', '2']) {
+    test(`a key revoked while a follower cannot reach PostgreSQL (it keeps the keys it last read) is refused through that follower within 1 s: the leader checks the key of each forwarded write (HTTP_THREADS=${threads})`, async () => {
+      const c = cluster({ HTTP_THREADS: threads });
+      const a = await c.add();
+      await c.leader();
+      // The follower reaches PostgreSQL through the proxy (cut below), and the leader over HTTP.
+      const pgUrl = new URL(c.url);
+      const proxy = await startTcpProxy(pgUrl.hostname, Number(pgUrl.port || 5432));
+      try {
+        const b = await c.add({ env: { CLUSTER_POSTGRES_URL: proxy.urlFor(c.url) } });
+        const key = createdKey(c, 'ws1');
+        await everyNodeWithin([a, b], (node) => accepts(node, key), 1000);
+        assert.equal((await b.post('/product', { id: 'before', name: 'P' }, key)).status, 200);
+
+        await proxy.cut();
+        const revoked = keys(c, 'revoke', key.slice(0, 12));
+        assert.equal(revoked.status, 0, revoked.stderr);
+        const revokedAt = Date.now();
+        await everyNodeWithin([a], async (node) => !(await accepts(node, key)), 1000);
+        const direct = await a.post('/product', { id: 'direct', name: 'P' }, key);
+        assert.equal(direct.status, 401);
+        // b still holds the key (it cannot read the change), and still reaches the leader.
+        assert.equal((await b.request('/readyz', undefined, { key: null })).status, 200, 'the follower is still ready');
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, revokedAt + 1000 - Date.now())));
+        const through = await b.post('/product', { id: 'through-follower', name: 'P' }, key);
+        // Before, the leader ran the forwarded write without looking at its key: 200, applied.
+        assert.equal(through.status, 401, through.text);
+        assert.equal(through.text, direct.text, 'the same body as a direct request with the revoked key');
+        assert.equal(through.headers.get('retry-after'), null);
+        // A key that holds goes through as before (SERVICE_KEYS, checked by its sha256 too).
+        assert.equal((await b.post('/product', { id: 'env-key', name: 'P' })).status, 200);
+        const products = exportLines<{ id: string }>(a.dataDir, 'products').map((p) => p.id).sort();
+        assert.deepEqual(products, ['before', 'env-key'], 'nothing of the refused writes was applied');
+      } finally {
+        await proxy.close();
+      }
+    });
+  }
 
   test('clusters sharing one database keep their keys apart', async () => {
     const one = cluster();

@@ -17,6 +17,7 @@ const command: fc.Arbitrary<Command> = fc
     kind: fc.constantFrom('json', 'none', 'bytes', 'raw') as fc.Arbitrary<Command['kind']>,
     route: fc.constantFrom('track_event', 'app_launch', 'batch', 'collection_products_add'),
     workspace: anyText,
+    keyHash: anyText,
     param: anyText,
     at: fc.nat(),
     requestId: anyText,

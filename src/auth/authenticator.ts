@@ -3,7 +3,9 @@
 // request never waits on the source: a poll re-reads the keys in the background when their
 // version changed, and while the source cannot be read the last keys read stay in force. A
 // bounded cache of recently seen keys spares most requests the sha256; it is dropped whenever
-// the stored keys change, so a revocation takes effect at once.
+// the stored keys change, so a revocation takes effect at once. The cache keeps each key's sha256
+// too: a write an edge hands on carries it (keyHashOf), and a cluster leader checks a follower's
+// forwarded write by it against its own keys (workspaceOfHash), a map lookup at both ends.
 import type { Logger } from '../telemetry/logger.ts';
 import { createFirstKey, hashKey, MAX_SERVICE_KEY_LENGTH, type KeyRecord, type KeySource } from './key-store.ts';
 
@@ -13,9 +15,18 @@ const UNKNOWN = '';
 /** The workspace the first start creates (CONTRACT.md §1). */
 const FIRST_WORKSPACE = 'default';
 
+/** A recently seen key: its workspace (UNKNOWN when it matches no active key) and its sha256. */
+interface Seen {
+  workspace: string;
+  hash: string;
+}
+
 export class Authenticator {
   private readonly source: KeySource;
   private readonly envKeys: Map<string, string>;
+  /** SERVICE_KEYS by sha256 → workspace, and key → sha256 (hashed once, here). */
+  private readonly envByHash = new Map<string, string>();
+  private readonly envHashes = new Map<string, string>();
   private readonly log: Logger | null;
   /** sha256 → workspace, active stored keys only. */
   private storedByHash = new Map<string, string>();
@@ -23,7 +34,7 @@ export class Authenticator {
    * Recently seen keys → their workspace, or UNKNOWN: a client stuck on a wrong key (the usual
    * 401 flood) then costs a map lookup, not a sha256 per request. Dropped on every key change.
    */
-  private cache = new Map<string, string>();
+  private cache = new Map<string, Seen>();
   private version = -1;
   private timer: NodeJS.Timeout | null = null;
   /** The reload under way: polls never overlap, however slow the source. */
@@ -42,6 +53,11 @@ export class Authenticator {
     this.source = source;
     this.envKeys = envKeys;
     this.log = log;
+    for (const [key, workspace] of envKeys) {
+      const hash = hashKey(key);
+      this.envHashes.set(key, hash);
+      this.envByHash.set(hash, workspace);
+    }
   }
 
   /** The stored keys last read. */
@@ -54,12 +70,30 @@ export class Authenticator {
     if (key === '' || key.length > MAX_SERVICE_KEY_LENGTH) return null;
     const fromEnv = this.envKeys.get(key);
     if (fromEnv !== undefined) return fromEnv;
-    const cached = this.cache.get(key);
-    if (cached !== undefined) return cached === UNKNOWN ? null : cached;
-    const workspace = this.storedByHash.get(hashKey(key));
+    const seen = this.cache.get(key) ?? this.see(key);
+    return seen.workspace === UNKNOWN ? null : seen.workspace;
+  }
+
+  /** The sha256 (hex) of `key`, as key stores hold it; from the cache for a key just authenticated. */
+  keyHashOf(key: string): string {
+    return this.envHashes.get(key) ?? (this.cache.get(key) ?? this.see(key)).hash;
+  }
+
+  /**
+   * The workspace of the key whose sha256 is `hash`, or null for an unknown or revoked one: what
+   * workspaceOf(key) answers for that key (SERVICE_KEYS first), for a leader checking a write a
+   * follower authenticated with keys that may be stale.
+   */
+  workspaceOfHash(hash: string): string | null {
+    return this.envByHash.get(hash) ?? this.storedByHash.get(hash) ?? null;
+  }
+
+  private see(key: string): Seen {
+    const hash = hashKey(key);
+    const seen: Seen = { workspace: this.storedByHash.get(hash) ?? UNKNOWN, hash };
     if (this.cache.size >= CACHE_MAX_KEYS) this.cache = new Map();
-    this.cache.set(key, workspace ?? UNKNOWN);
-    return workspace ?? null;
+    this.cache.set(key, seen);
+    return seen;
   }
 
   /**

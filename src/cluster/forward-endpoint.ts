@@ -1,7 +1,11 @@
 // The leader's side of forwarding (issue 21 item 3): a frame of commands a follower validated
 // (forward-protocol.ts) is checked (this node leads, the secret is this epoch's), each command is
 // run through the state's CommandSink in order, unless the dedup table already saw it (a retry),
-// and the POST is answered once every command of the frame has its answer. Runs on the state
+// and the POST is answered once every command of the frame has its answer. A new command's key
+// is checked again against this node's keys: the follower authenticated it with the keys it last
+// read, which stay in force there while it cannot reach PostgreSQL, and a revoked key must stop
+// working on every node within 1 s (CONTRACT.md §12). A leader reads the keys (it reaches
+// PostgreSQL, or it cannot commit). Runs on the state
 // thread: the main thread's HTTP server calls it directly (HTTP_THREADS=1), an edge thread posts
 // the bytes to the state thread, which calls it (HTTP_THREADS>1).
 import { timingSafeEqual } from 'node:crypto';
@@ -27,10 +31,21 @@ function sameSecret(sent: string, own: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+/** What the endpoint needs of the keys: the workspace of a key by its sha256 (Authenticator). */
+export interface ForwardKeys {
+  workspaceOfHash(hash: string): string | null;
+}
+
+/** A write whose key no longer names its workspace here: answered as a direct request with that key is (401, nothing applied). */
+function unauthorized(id: number): Answer {
+  return { id, status: ERRORS.authentication.status, body: ERRORS.authentication.body, header: '', headerValue: '', close: false };
+}
+
 export class ForwardEndpoint {
   constructor(
     private readonly node: ForwardingLeader,
     private readonly sink: CommandSink,
+    private readonly keys: ForwardKeys,
     private readonly log: Logger,
     private readonly metrics: { forwardFrame(commands: number): void } | null = null,
     private readonly dedup = new ForwardDedup(),
@@ -82,8 +97,12 @@ export class ForwardEndpoint {
           for (const a of answers) writer.add(a);
           resolve({ status: 200, text: writer.take(), retryAfterSeconds: null });
         };
+        // A retry the table saw is answered from it, whatever became of its key: it may have
+        // been applied. Only a new command is checked (a map lookup).
         const fresh = this.dedup.take(origin, command.id, reply, now);
-        if (fresh !== null) this.sink.run(command, fresh);
+        if (fresh === null) continue;
+        if (this.keys.workspaceOfHash(command.keyHash) !== command.workspace) fresh(unauthorized(command.id));
+        else this.sink.run(command, fresh);
       }
     });
   }

@@ -6,13 +6,19 @@ import type { PendingRequest } from '../http/pending-request.ts';
 const NO_SCOPE: readonly [number, number, number] = [0, 0, 0];
 const NO_PRINT: readonly [number, number] = [0, 0];
 
-export function commandOf(request: PendingRequest, id: number, kind: CommandKind, text: string, bytes: Uint8Array | null): Command {
+/** What an edge's links ask of its Authenticator: the sha256 of a key it authenticated (no new hash per write: cached). */
+export interface KeyHashes {
+  keyHashOf(key: string): string;
+}
+
+export function commandOf(request: PendingRequest, id: number, kind: CommandKind, text: string, bytes: Uint8Array | null, keyHash: string): Command {
   const claim = request.idempotency;
   return {
     id,
     kind,
     route: request.route.name,
     workspace: request.workspaceName,
+    keyHash,
     param: request.param,
     at: request.at,
     requestId: request.requestId,

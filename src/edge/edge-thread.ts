@@ -57,7 +57,7 @@ async function run(): Promise<void> {
     mappingMaxItems: settings.mappingMaxItems,
   });
   const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
-  const link = new ThreadLink(port);
+  const link = new ThreadLink(port, auth);
   // Cluster mode: followers' forwarded frames go to the state thread, which runs them when it leads.
   const relay = start.clustered ? new ForwardRelay(port) : null;
 

@@ -4,14 +4,17 @@
 import type { CommandKind } from '../handoff/frames.ts';
 import type { PendingRequest, StateLink } from '../http/pending-request.ts';
 import type { CommandSink } from '../state/command-sink.ts';
-import { commandOf } from './command-of.ts';
+import { commandOf, type KeyHashes } from './command-of.ts';
 
 export class LocalLink implements StateLink {
   private nextId = 1;
 
-  constructor(private readonly sink: CommandSink) {}
+  constructor(
+    private readonly sink: CommandSink,
+    private readonly keys: KeyHashes,
+  ) {}
 
   submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void {
-    this.sink.run(commandOf(request, this.nextId++, kind, text, bytes), (answer) => request.answerFromState(answer));
+    this.sink.run(commandOf(request, this.nextId++, kind, text, bytes, this.keys.keyHashOf(request.serviceKey)), (answer) => request.answerFromState(answer));
   }
 }

@@ -7,7 +7,7 @@ import { CommandWriter, readAnswers } from '../handoff/frames.ts';
 import type { CommandKind } from '../handoff/frames.ts';
 import type { EdgeMessage } from '../handoff/thread-messages.ts';
 import type { PendingRequest, StateLink } from '../http/pending-request.ts';
-import { commandOf } from './command-of.ts';
+import { commandOf, type KeyHashes } from './command-of.ts';
 
 
 /** Bytes that own their whole ArrayBuffer, so it can be transferred (a pooled Buffer's cannot). */
@@ -29,7 +29,10 @@ export class ThreadLink implements StateLink {
   /** performance.now() of the last frame sent. */
   private flushedAt = -Infinity;
 
-  constructor(private readonly port: MessagePort) {}
+  constructor(
+    private readonly port: MessagePort,
+    private readonly keys: KeyHashes,
+  ) {}
 
   /** Requests sent and not answered yet. */
   get pending(): number {
@@ -39,7 +42,7 @@ export class ThreadLink implements StateLink {
   submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void {
     const id = this.nextId++;
     this.waiting.set(id, request);
-    this.writer.add(commandOf(request, id, kind, text, bytes === null ? null : ownBytes(bytes)));
+    this.writer.add(commandOf(request, id, kind, text, bytes === null ? null : ownBytes(bytes), this.keys.keyHashOf(request.serviceKey)));
     if (this.scheduled) {
       if (this.writer.count >= FLUSH_COMMANDS) this.flush();
       return;

@@ -29,6 +29,12 @@ export interface Command {
   /** The write route's name (metrics label), e.g. "track_event", "batch". */
   route: string;
   workspace: string;
+  /**
+   * sha256 (hex) of the x-service-key the edge authenticated the write with, the form the key
+   * stores hold keys in: a leader checks a follower's forwarded write against its own keys
+   * (forward-endpoint.ts), since the follower's may be stale (it cannot reach PostgreSQL).
+   */
+  keyHash: string;
   /** The decoded `:id` ('' for routes without one). */
   param: string;
   /** Server receive time, Unix ms, taken by the edge (journaled as `at`). */
@@ -124,6 +130,7 @@ export class CommandWriter {
       field(KIND_CODES[c.kind]) +
       field(c.route) +
       field(c.workspace) +
+      field(c.keyHash) +
       field(c.param) +
       field(String(c.at)) +
       field(c.requestId) +
@@ -158,6 +165,7 @@ export function readCommands(frame: Frame): Command[] {
     if (kind === undefined) throw new FrameError('unknown command kind');
     const route = r.string();
     const workspace = r.string();
+    const keyHash = r.string();
     const param = r.string();
     const at = r.number();
     const requestId = r.string();
@@ -179,7 +187,7 @@ export function readCommands(frame: Frame): Command[] {
       if (bytes === null) throw new FrameError('a command names a blob the frame does not hold');
     }
     if ((kind === 'bytes' || kind === 'raw') !== (bytes !== null)) throw new FrameError(`a ${kind} command ${bytes === null ? 'without' : 'with'} bytes`);
-    out.push({ id, kind, route, workspace, param, at, requestId, idempotencyKey, scope, fingerprint, gzip, text, bytes });
+    out.push({ id, kind, route, workspace, keyHash, param, at, requestId, idempotencyKey, scope, fingerprint, gzip, text, bytes });
   }
   return out;
 }
