@@ -163,11 +163,18 @@ export interface ClusterMetrics {
 /** The local journal is not a prefix of the cluster's, or the data directory is not this cluster's (checkPrefix). */
 export class DivergedError extends Error {}
 
-/** Why checkPrefix refuses a data directory; `proven`: it is not a copy (else: it cannot be shown to be one). */
+/** Why checkPrefix refuses a data directory, and which kind of refusal it is (the message's cause). */
 interface Refusal {
   reason: string;
-  proven: boolean;
+  /** another-cluster: its identity is another's; diverged: its journal is not the cluster's; unproven: it cannot be compared. */
+  kind: 'another-cluster' | 'diverged' | 'unproven';
 }
+
+const REFUSAL_CAUSES: Record<Refusal['kind'], string> = {
+  'another-cluster': 'It was used by another cluster (or this cluster\'s rows in PostgreSQL were removed and made again).',
+  diverged: 'It was used by a single node or by another cluster, or the cluster\'s PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica).',
+  unproven: 'It may be a single node\'s, whose data would be lost or mixed with the cluster\'s.',
+};
 
 /** Where a follower forwards writes (leader-link.ts): the leader of an epoch, as its lease row says. */
 export interface LeaderTarget {
@@ -399,7 +406,7 @@ export class ClusterNode {
     const mine = this.host.clusterId();
     const local = this.host.appliedSeq();
     let refusal: Refusal | null;
-    if (mine !== null && mine !== clusterId) refusal = { reason: `it belongs to another cluster (identity ${mine}; cluster "${this.settings.cluster}" is ${clusterId})`, proven: true };
+    if (mine !== null && mine !== clusterId) refusal = { reason: `it belongs to another cluster (identity ${mine}; cluster "${this.settings.cluster}" is ${clusterId})`, kind: 'another-cluster' };
     else refusal = local === 0 ? null : await this.divergence(client, local, mine === null);
     if (refusal === null) {
       if (mine === null) {
@@ -412,11 +419,8 @@ export class ClusterNode {
     // Done: a refused directory ends the node.
     this.prefixChecked = true;
     throw new DivergedError(
-      (refusal.proven
-        ? `this node's data directory is not a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
-          `It was used by a single node or by another cluster, or the cluster's PostgreSQL lost commits (restored from a backup, or failed over to an asynchronous replica). `
-        : `this node's data directory cannot be shown to be a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
-          `It may be a single node's, whose data would be lost or mixed with the cluster's. `) +
+      `this node's data directory ${refusal.kind === 'unproven' ? 'cannot be shown to be' : 'is not'} a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
+        `${REFUSAL_CAUSES[refusal.kind]} ` +
         `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
         `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
     );
@@ -428,18 +432,18 @@ export class ClusterNode {
    */
   private async divergence(client: pg.Client, local: number, strict: boolean): Promise<Refusal | null> {
     const head = await this.journal.head(client);
-    if (local > head.lastSeq) return { reason: `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`, proven: true };
+    if (local > head.lastSeq) return { reason: `it holds records up to seq ${local}, but the cluster's journal ends at seq ${head.lastSeq}`, kind: 'diverged' };
     const [batch] = await this.journal.batchesAfter(client, local - 1, 1);
     const theirs = batch === undefined ? undefined : batch.records[local - batch.firstSeq];
     const mine = this.host.localRecord(local);
     if (theirs !== undefined && mine !== null) {
-      return exportLine(local, theirs) === exportLine(local, mine) ? null : { reason: `its record ${local} is not the cluster's record ${local}`, proven: true };
+      return exportLine(local, theirs) === exportLine(local, mine) ? null : { reason: `its record ${local} is not the cluster's record ${local}`, kind: 'diverged' };
     }
     // Trimmed by retention on either side: nothing to compare. Nothing was mixed when the
     // directory is this cluster's; without an identity that is unknown.
     if (!strict) return null;
     const gone = mine === null ? 'its own journal no longer holds it' : 'the cluster\'s journal no longer holds it';
-    return { reason: `it records no cluster identity (a single node's directory, or a node's from before cluster identities), and its last record, seq ${local}, cannot be compared with the cluster's: ${gone} (retention)`, proven: false };
+    return { reason: `it records no cluster identity (a single node's directory, or a node's from before cluster identities), and its last record, seq ${local}, cannot be compared with the cluster's: ${gone} (retention)`, kind: 'unproven' };
   }
 
   /** Takes part in elections from now on, known to the others as `name` at `address`. */
