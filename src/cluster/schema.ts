@@ -11,6 +11,16 @@ const DDL_LOCK_KEY = 0x696e74616b65; // "intake"
 /** The most the schema's statements wait for a lock (the DDL lock, or a table's). */
 const DDL_LOCK_TIMEOUT_MS = 10_000;
 
+/** DDL adding a column to a table made by an older version, only when it is missing (why: forward_secret below). */
+function addColumnIfMissing(table: string, column: string, type: string): string {
+  return `DO $$ BEGIN
+     IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = '${SCHEMA}' AND table_name = '${table}' AND column_name = '${column}') THEN
+       ALTER TABLE ${SCHEMA}.${table} ADD COLUMN ${column} ${type};
+     END IF;
+   END $$`;
+}
+
 const DDL = [
   `CREATE SCHEMA IF NOT EXISTS ${SCHEMA}`,
   // The leader lease: which node leads, in which epoch, until when (PostgreSQL's clock only).
@@ -26,12 +36,7 @@ const DDL = [
   // the lease table even when the column exists (IF NOT EXISTS), until this transaction ends,
   // and every node start and every `npm run keys` runs this: every renewal, lease read and
   // takeover of every cluster of the database waited for it.
-  `DO $$ BEGIN
-     IF NOT EXISTS (SELECT 1 FROM information_schema.columns
-                    WHERE table_schema = '${SCHEMA}' AND table_name = 'lease' AND column_name = 'forward_secret') THEN
-       ALTER TABLE ${SCHEMA}.lease ADD COLUMN forward_secret text;
-     END IF;
-   END $$`,
+  addColumnIfMissing('lease', 'forward_secret', 'text'),
   // The journal's head: the epoch allowed to commit and the last committed seq. Every commit is
   // a compare-and-set on this row; a takeover bumps its epoch in the same statement that takes
   // the lease. That row is what makes two leaders' commits impossible (cluster-journal.ts).
@@ -44,12 +49,7 @@ const DDL = [
   // directory records the identity of the cluster it belongs to, and a node refuses a directory
   // of another. Added to tables made before identities, as forward_secret above (and why only
   // when missing: there).
-  `DO $$ BEGIN
-     IF NOT EXISTS (SELECT 1 FROM information_schema.columns
-                    WHERE table_schema = '${SCHEMA}' AND table_name = 'head' AND column_name = 'cluster_id') THEN
-       ALTER TABLE ${SCHEMA}.head ADD COLUMN cluster_id text;
-     END IF;
-   END $$`,
+  addColumnIfMissing('head', 'cluster_id', 'text'),
   // One row per group-commit batch: records first_seq..last_seq, msgpack (record-codec.ts).
   `CREATE TABLE IF NOT EXISTS ${SCHEMA}.journal (
      cluster text NOT NULL,
