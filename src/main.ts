@@ -37,7 +37,7 @@ import { Journal, NotLeadingError, RemoteCommitError } from './journal/journal.t
 import { JournalGap, recover } from './journal/recovery.ts';
 import { SnapshotSchedule } from './journal/snapshot-schedule.ts';
 import { SnapshotWriter } from './journal/snapshot-writer.ts';
-import { openStore } from './journal/store.ts';
+import { openStore, readClusterId } from './journal/store.ts';
 import { ensureDirectory, lockDataDir } from './journal/data-dir.ts';
 import { checkPortFree, lockPort } from './http/port-check.ts';
 import { StartupError } from './config/startup-error.ts';
@@ -157,6 +157,17 @@ async function main(): Promise<void> {
   await lockPort(settings.host, settings.port);
   await checkPortFree(settings.host, settings.port);
   const store = openStore(settings.dataDir);
+  // A cluster node's directory started without the cluster's settings (a unit file that lost
+  // CLUSTER_POSTGRES_URL, say) would take writes that never reach the cluster's journal, and
+  // the node could not rejoin with them: refused, changing nothing.
+  const clusterId = settings.clusterPostgresUrl === '' ? readClusterId(store) : null;
+  if (clusterId !== null) {
+    await store.close();
+    throw new StartupError(
+      `the data directory ${settings.dataDir} belongs to a cluster (identity ${clusterId}), and this start has no CLUSTER_POSTGRES_URL: ` +
+        'set CLUSTER_POSTGRES_URL and CLUSTER_NAME to that cluster\'s to start this node, or give a single node another data directory',
+    );
+  }
   // Stored keys: this node's LMDB, or in cluster mode the cluster's, in PostgreSQL (§12).
   const keySource = settings.clusterPostgresUrl === '' ? new LmdbKeys(store) : new PgKeys(settings.clusterPostgresUrl, settings.clusterName);
   const auth = new Authenticator(keySource, serviceKeys, log);

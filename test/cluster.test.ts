@@ -69,6 +69,27 @@ async function contents(dataDir: string): Promise<Record<string, unknown[]>> {
   return out;
 }
 
+test('a cluster node\'s data directory started as a single node (no CLUSTER_POSTGRES_URL) is refused, exit 2, and left as it was', async () => {
+  const c = cluster();
+  const a = await c.add();
+  assert.equal(await c.leader(), a);
+  assert.equal((await a.post('/product', { id: 'clustered', name: 'n' })).status, 200);
+  await a.stop();
+  const before = exportLines(a.dataDir, 'events');
+  // Would take writes that never reach the cluster's journal, and could not rejoin with them.
+  let started: TestServer | null = null;
+  try {
+    await assert.rejects(
+      startServer({ dataDir: a.dataDir }).then((server) => (started = server)),
+      /exited \(2\) before listening; stderr: intake: the data directory .* belongs to a cluster \(identity [^)]+\), and this start has no CLUSTER_POSTGRES_URL/,
+    );
+  } finally {
+    // Started after all (the old code): stopped, not left behind.
+    await (started as TestServer | null)?.kill();
+  }
+  assert.deepEqual(exportLines(a.dataDir, 'events'), before);
+});
+
 describe('cluster mode', () => {
   test('one leader applies writes; a follower forwards the writes sent to it (a load balancer may spread writes over every node), applies the journal, and exports the same data', async () => {
     const c = cluster();
