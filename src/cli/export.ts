@@ -79,6 +79,11 @@ function parseArgs(argv: readonly string[]): ExportArgs {
   return args;
 }
 
+/** Says on stderr that records `from` to `to` are gone from the journal (not skipped in silence). */
+function notInJournal(from: number, to: number, rest: string): void {
+  process.stderr.write(`export: records ${from} to ${to} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from)${rest}\n`);
+}
+
 /**
  * Prints the records after `after` up to `upTo` (all of them when null) that pass the filters;
  * returns the last seq read. `stopped` ends it early.
@@ -89,7 +94,7 @@ async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, af
     if ((upTo !== null && seq > upTo) || stopped()) break;
     // Records before the journal's first were trimmed by retention (or, on a cluster node, not
     // copied by a join): said on stderr, as the delivery loop logs it, not skipped in silence.
-    if (seq > cursor + 1) process.stderr.write(`export: records ${cursor + 1} to ${seq - 1} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from); going on at ${seq}\n`);
+    if (seq > cursor + 1) notInJournal(cursor + 1, seq - 1, `; going on at ${seq}`);
     cursor = seq;
     if (args.workspace !== null && record.workspace !== args.workspace) continue;
     if (args.kind !== null && record.kind !== args.kind) continue;
@@ -101,7 +106,7 @@ async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, af
     const coveredSeq = newestCompleteSnapshot(store)?.seq ?? 0;
     const end = upTo === null ? coveredSeq : Math.min(coveredSeq, upTo);
     if (end > cursor) {
-      process.stderr.write(`export: records ${cursor + 1} to ${end} are not in this journal (trimmed by retention, or before the snapshot a cluster node joined from)\n`);
+      notInJournal(cursor + 1, end, '');
       cursor = end;
     }
   }

@@ -59,6 +59,11 @@ export class ForwardEndpoint {
    */
   mayAccept(secret: string): boolean {
     if (this.node.refusal() !== null) return true;
+    return this.secretHolds(secret);
+  }
+
+  /** `secret` is this epoch's (false while not leading). */
+  private secretHolds(secret: string): boolean {
     const own = this.node.forwardSecret();
     return own !== null && sameSecret(secret, own);
   }
@@ -66,8 +71,7 @@ export class ForwardEndpoint {
   handle(secret: string, bytes: Buffer): Promise<ForwardReply> {
     const refusal = this.node.refusal();
     if (refusal !== null) return Promise.resolve({ status: 503, text: errorBody(ERRORS.serviceUnavailable, refusal), retryAfterSeconds: 1 });
-    const own = this.node.forwardSecret();
-    if (own === null || !sameSecret(secret, own)) {
+    if (!this.secretHolds(secret)) {
       return Promise.resolve({ status: 401, text: errorBody(ERRORS.authentication, 'not this epoch\'s cluster secret'), retryAfterSeconds: null });
     }
     let origin: string;

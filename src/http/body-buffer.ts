@@ -8,6 +8,12 @@
 /** The first buffer of a body whose size was not declared (chunked encoding). */
 const INITIAL_BYTES = 64 * 1024;
 
+/** A content-length header as a body buffer's first size: 0 when absent or not a size. */
+export function declaredBytes(header: string): number {
+  const n = Number(header);
+  return header !== '' && Number.isSafeInteger(n) && n > 0 ? n : 0;
+}
+
 export class BodyBuffer {
   private buffer: Buffer;
   private length = 0;

@@ -204,8 +204,7 @@ export class PendingRequest extends WriteCall {
       return this.dispatchRaw(own);
     }
     // The last chunk is consumed synchronously below, so a view of it is enough.
-    const last = Buffer.from(chunk);
-    const whole = this.chunks === null ? last : this.whole(chunk);
+    const whole = this.chunks === null ? Buffer.from(chunk) : this.whole(chunk);
     this.chunks = null;
     const inflated = inflateBody(whole, this.encoding, this.limitBytes);
     if (!inflated.ok) {

@@ -8,7 +8,7 @@ import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
-import { BodyBuffer } from './body-buffer.ts';
+import { BodyBuffer, declaredBytes } from './body-buffer.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
 import { Drain } from './drain.ts';
 import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
@@ -127,7 +127,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       claim = new IdempotencyClaim(workspaceName, route.method === 'del' ? 'DELETE' : 'POST', route.hasParam ? fillParam(route.pattern, param) : route.pattern, idempotencyKey);
     }
     let limitBytes = 0;
-    let declaredBytes = 0;
+    let declared = 0;
     let encoding: 'identity' | 'gzip' = 'identity';
     if (route.limit !== 'none') {
       if (!acceptsContentType(req.getHeader(H_CONTENT_TYPE))) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
@@ -135,17 +135,17 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       if (found === null) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.unsupportedMediaType);
       encoding = found;
       limitBytes = bodyLimitBytes(route.limit, settings);
-      const declared = req.getHeader(H_CONTENT_LENGTH);
-      declaredBytes = declared === '' ? 0 : Number(declared);
-      if (declaredBytes > limitBytes) {
+      const header = req.getHeader(H_CONTENT_LENGTH);
+      if (header !== '' && Number(header) > limitBytes) {
         // Refused from the head, answered once the body is drained (drain.ts).
         const drain = new Drain(limitBytes, () => refuseEarly(env, route, res, requestId, startedAt, ERRORS.payloadTooLarge, undefined, CLOSE));
         res.onAborted(() => drain.abort());
         res.onData((chunk, isLast) => drain.data(chunk.byteLength, isLast));
         return;
       }
+      declared = declaredBytes(header);
     }
-    const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey, Number.isSafeInteger(declaredBytes) ? declaredBytes : 0);
+    const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey, declared);
     request.start();
   };
 
@@ -204,10 +204,10 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         aborted = true;
         finish();
       });
-      const declared = Number(req.getHeader(H_CONTENT_LENGTH));
+
       // One buffer, whatever the chunking (body-buffer.ts): a Buffer per chunk let a body sent one
       // byte per chunk take hundreds of times its size, before the secret is even checked.
-      const body = new BodyBuffer(Number.isSafeInteger(declared) && declared > 0 ? declared : 0, forwarded.limitBytes);
+      const body = new BodyBuffer(declaredBytes(req.getHeader(H_CONTENT_LENGTH)), forwarded.limitBytes);
       res.onData((chunk, isLast) => {
         if (finished) return;
         if (body.byteLength + chunk.byteLength > forwarded.limitBytes) {
