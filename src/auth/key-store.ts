@@ -29,7 +29,7 @@ export type KeyRecord = StoredKey & { hash: string };
 
 /** Where stored keys live. Every change bumps `version()` in the same transaction. */
 export interface KeySource {
-  /** Changes whenever a key is added or revoked; cheap, read every 250 ms by each server. */
+  /** Changes whenever a key is added or revoked; cheap, read every 500 ms by each server (main.ts KEYS_POLL_MS). */
   version(): Promise<number>;
   /** Every stored key, revoked ones too, oldest first. */
   list(): Promise<KeyRecord[]>;
