@@ -314,4 +314,42 @@ describe('Idempotency-Key limits', () => {
     assert.equal(later.status, 200);
     assert.equal(later.headers.get('idempotent-replayed'), null);
   });
+
+  test('IDEMPOTENCY_WINDOW_SECONDS after a SIGKILL: a key from the journal tail is kept as long as a live server keeps it (whole seconds)', async (t) => {
+    // A live server forgets a key once its accept second plus the window is before the current
+    // second (key-table.ts find(), and a snapshot's keys at load). Recovery judged the keys of
+    // the journal tail in milliseconds: restarted in the last second of a key's window, it lost
+    // the key, and the client's retry was applied a second time.
+    const WINDOW_SECONDS = 2;
+    const env = { IDEMPOTENCY_WINDOW_SECONDS: String(WINDOW_SECONDS), SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' };
+    // The restart must land in that last second (about 0.9 s); on a busy machine it may miss, then try again.
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const server = await start(env);
+      // Just after a second begins, so that the last second of the window is almost whole.
+      await new Promise((resolve) => setTimeout(resolve, 1010 - (Date.now() % 1000)));
+      const body = { timestamp: T0, info: LAUNCH_INFO };
+      const first = await send(server, 'POST', '/mcrs_appl_v1', body, `edge-of-window-${attempt}`);
+      assert.equal(first.status, 200, first.text);
+      await server.kill();
+      const atMs = exportLines<{ at: number }>(server.dataDir, 'events')[0]!.at;
+      const lastSecondEndsMs = (Math.floor(atMs / 1000) + WINDOW_SECONDS + 1) * 1000;
+      // Past the window in milliseconds, still inside it in whole seconds.
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, atMs + WINDOW_SECONDS * 1000 + 20 - Date.now())));
+      const again = await start(env, server.dataDir);
+      const recovered = JSON.parse(await again.waitForLog((line) => line.includes('recovered state'))) as { time: number; idempotencyKeys: number };
+      if (recovered.time >= lastSecondEndsMs) {
+        t.diagnostic(`attempt ${attempt}: the restart came ${recovered.time - lastSecondEndsMs} ms after the window; again`);
+        await again.kill();
+        continue;
+      }
+      assert.equal(recovered.idempotencyKeys, 1, 'the key of the journal tail is remembered: the window has not ended for it');
+      const retry = await send(again, 'POST', '/mcrs_appl_v1', body, `edge-of-window-${attempt}`);
+      if (Date.now() < lastSecondEndsMs) {
+        assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+        assert.deepEqual(retry.body, first.body, 'the same did and sid: no second device');
+      }
+      return;
+    }
+    assert.fail('no restart landed in the last second of the window in three attempts');
+  });
 });

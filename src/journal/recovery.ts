@@ -90,9 +90,14 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
   };
 }
 
-/** Records accepted before this (Unix ms) carry keys already out of the window: not remembered. */
+/**
+ * Records accepted before this (Unix ms) carry keys already out of the window: not remembered.
+ * In whole seconds, as KeyTable.find() and a snapshot's restore() judge a key (its accept second
+ * plus the window before the current second): in milliseconds a restart in the last second of a
+ * key's window forgot a key the live server still held, and its retry was applied twice.
+ */
 export function keptSinceMs(keys: KeyTable | null): number {
-  return keys === null ? 0 : Date.now() - keys.windowSeconds * 1000;
+  return keys === null ? 0 : (Math.floor(Date.now() / 1000) - keys.windowSeconds) * 1000;
 }
 
 /**
