@@ -229,6 +229,8 @@ async function main(): Promise<void> {
     { ...recovery, snapshotMs: Math.round(recovery.snapshotMs), replayMs: Math.round(recovery.replayMs), idempotencyKeys: keys.size },
     'recovered state: snapshot, then journal records after it',
   );
+  // Chunks of snapshots a crash cut short go now, not when a snapshot next completes.
+  void writer.removeLeftovers().catch((error: unknown) => log.warn({ err: error }, 'removing the snapshots a crash left behind failed; the next snapshot removes them'));
   metrics.watchRetries(intake.retries, keys);
   setInterval(() => keys.expire(Math.floor(Date.now() / 1000), KEYS_SWEEP_MAX), KEYS_SWEEP_EVERY_MS).unref();
   const delivery = new Delivery(settings, store, journal, metrics, log);

@@ -269,6 +269,20 @@ export class SnapshotWriter {
     }
   }
 
+  /**
+   * Removes what crashes left in the store: the chunks (and any meta) of snapshots that never
+   * completed, and every snapshot older than the newest complete one. Left alone they stayed
+   * until a snapshot completed, so a server killed during each snapshot (out of memory, say)
+   * kept one more partial copy of the state per crash. Called once, after recovery; the
+   * snapshots this process writes have ids from `nextId` on and are never touched.
+   */
+  async removeLeftovers(): Promise<void> {
+    const ownFrom = this.nextId;
+    const newest = newestCompleteSnapshot(this.store);
+    if (newest !== null) await removeSnapshotsBefore(this.store, newest.id);
+    await removeSnapshotRange(this.store, newest === null ? 0 : newest.id + 1, ownFrom);
+  }
+
   /** Stops a running snapshot at its next slice; it stays incomplete and is cleaned up later. */
   async abort(): Promise<void> {
     if (this.running === null) return;
@@ -391,9 +405,16 @@ export function newestCompleteSnapshot(store: Store): SnapshotMeta | null {
 /** Chunk keys removed per LMDB write when old snapshots are deleted. */
 const REMOVE_CHUNKS_PER_WRITE = 500;
 
-/** Removes the chunks of snapshot `id` (one that failed: it has no meta). */
-async function removeSnapshotChunks(store: Store, id: number): Promise<void> {
-  const chunkKeys = [...store.snapshotChunks.getKeys({ start: [id, 0], end: [id + 1, 0] })];
+/** Removes the chunks of snapshot `id`, one that failed (no meta, or one whose write failed). */
+function removeSnapshotChunks(store: Store, id: number): Promise<void> {
+  return removeSnapshotRange(store, id, id + 1);
+}
+
+/** Removes the metas and chunks of snapshots `fromId` to `belowId - 1`, metas first (see removeSnapshotsBefore). */
+async function removeSnapshotRange(store: Store, fromId: number, belowId: number): Promise<void> {
+  if (fromId >= belowId) return;
+  await Promise.all([...store.snapshots.getKeys({ start: fromId, end: belowId })].map((key) => store.snapshots.remove(key)));
+  const chunkKeys = [...store.snapshotChunks.getKeys({ start: [fromId, 0], end: [belowId, 0] })];
   for (let i = 0; i < chunkKeys.length; i += REMOVE_CHUNKS_PER_WRITE) {
     await Promise.all(chunkKeys.slice(i, i + REMOVE_CHUNKS_PER_WRITE).map((key) => store.snapshotChunks.remove(key)));
   }
