@@ -338,6 +338,7 @@ async function main(): Promise<void> {
       clusterStatus,
       sink,
       forwarded: forwardEndpoint === null ? null : (secret, bytes) => forwardEndpoint.handle(secret, bytes),
+      forwardAdmission: forwardEndpoint === null ? null : () => forwardEndpoint.admission(),
       metrics,
       log,
     });

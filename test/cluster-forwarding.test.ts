@@ -46,15 +46,24 @@ function retryAfter(res: Response): string | null {
   return res.headers.get('retry-after');
 }
 
-test('the forward endpoint answers a wrong cluster secret 401 before reading the body (it read up to its limit, 16 MiB or more, for anyone who could reach the port)', async () => {
-  const c = cluster();
-  const a = await c.add();
-  assert.equal(await c.leader(), a);
-  // Headers only, announcing 50 MB that never come: the answer must not wait for them.
-  const head = `POST ${FORWARD_PATH} HTTP/1.1\r\nhost: x\r\n${FORWARD_SECRET_HEADER}: not-the-secret\r\ncontent-length: 50000000\r\n\r\n`;
-  const { data } = await rawExchange(a.port, [head], 2_000);
-  assert.match(data, /^HTTP\/1\.1 401 /, `answered at once: ${JSON.stringify(data.slice(0, 200))}`);
-});
+// With HTTP_THREADS=2 the edge threads hold the connections: they read every such body to its
+// end before the state thread said 401, until the state thread posted them the admission (found
+// by a review of the edge threads, 2026-11-25).
+for (const threads of ['1', '2']) {
+  test(`the forward endpoint answers a wrong cluster secret 401 before reading the body (it read up to its limit, 16 MiB or more, for anyone who could reach the port; HTTP_THREADS=${threads})`, async () => {
+    const c = cluster({ HTTP_THREADS: threads });
+    const a = await c.add();
+    assert.equal(await c.leader(), a);
+    // Headers only, announcing 50 MB that never come: the answer must not wait for them.
+    const head = `POST ${FORWARD_PATH} HTTP/1.1\r\nhost: x\r\n${FORWARD_SECRET_HEADER}: not-the-secret\r\ncontent-length: 50000000\r\n\r\n`;
+    const { data } = await rawExchange(a.port, [head], 2_000);
+    assert.match(data, /^HTTP\/1\.1 401 /, `answered at once: ${JSON.stringify(data.slice(0, 200))}`);
+    // A follower with this epoch's secret still gets its writes through the same edges.
+    const b = await c.add();
+    await until('the follower to reach the leader', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);
+    assert.equal((await b.post('/product', { id: 'via-follower', name: 'P' })).status, 200);
+  });
+}
 
 for (const threads of ['1', '2']) {
   describe(`followers forward writes to the leader (HTTP_THREADS=${threads})`, () => {

@@ -8,14 +8,13 @@
 // PostgreSQL, or it cannot commit). Runs on the state
 // thread: the main thread's HTTP server calls it directly (HTTP_THREADS=1), an edge thread posts
 // the bytes to the state thread, which calls it (HTTP_THREADS>1).
-import { timingSafeEqual } from 'node:crypto';
 import { AnswerWriter, FrameError, readCommands, type Answer, type Command } from '../handoff/frames.ts';
 import { frameFromBytes } from '../handoff/wire.ts';
 import { ERRORS, errorBody } from '../http/errors.ts';
 import type { CommandSink } from '../state/command-sink.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { ForwardDedup } from './forward-dedup.ts';
-import type { ForwardReply } from './forward-protocol.ts';
+import { admits, sameSecret, type ForwardAdmission, type ForwardReply } from './forward-protocol.ts';
 
 /** What the endpoint needs of the cluster node. */
 export interface ForwardingLeader {
@@ -23,12 +22,6 @@ export interface ForwardingLeader {
   refusal(): string | null;
   /** This epoch's secret while leading, else null. */
   forwardSecret(): string | null;
-}
-
-function sameSecret(sent: string, own: string): boolean {
-  const a = Buffer.from(sent);
-  const b = Buffer.from(own);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 /** What the endpoint needs of the keys: the workspace of a key by its sha256 (Authenticator). */
@@ -58,8 +51,12 @@ export class ForwardEndpoint {
    * answers it 503, which tells a follower to look for the leader again.
    */
   mayAccept(secret: string): boolean {
-    if (this.node.refusal() !== null) return true;
-    return this.secretHolds(secret);
+    return admits(this.admission(), secret);
+  }
+
+  /** What mayAccept() judges by, for edge threads (they hold the connections, HTTP_THREADS > 1). */
+  admission(): ForwardAdmission {
+    return { open: this.node.refusal() !== null, secret: this.node.forwardSecret() };
   }
 
   /** `secret` is this epoch's (false while not leading). */

@@ -10,6 +10,7 @@
 //   nothing of the frame was applied;
 // - 401: not this epoch's secret (a follower that read an older lease); nothing was applied;
 // - 400 (not a frame), 413 (too big): nothing was applied.
+import { timingSafeEqual } from 'node:crypto';
 import type { Settings } from '../config/settings.ts';
 
 export const FORWARD_PATH = '/_cluster/commands';
@@ -37,4 +38,27 @@ const FRAME_OVERHEAD_BYTES = 1024 * 1024;
  */
 export function forwardLimitBytes(settings: Pick<Settings, 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes'>): number {
   return Math.max(settings.bodyLimitBytes, settings.mappingBodyLimitBytes, settings.batchBodyLimitBytes, FRAME_MAX_BYTES) + FRAME_OVERHEAD_BYTES;
+}
+
+/**
+ * What a forward's 401 is judged by from its header alone, before its body (up to
+ * forwardLimitBytes) is read: while the node does not take writes (`open`) any secret is read and
+ * the endpoint answers 503; otherwise only this epoch's `secret` (none: nothing). Plain data, so
+ * the state thread can post it to its edge threads, which hold the connections (HTTP_THREADS > 1).
+ */
+export interface ForwardAdmission {
+  open: boolean;
+  secret: string | null;
+}
+
+/** `sent` is `own`, compared in constant time. */
+export function sameSecret(sent: string, own: string): boolean {
+  const a = Buffer.from(sent);
+  const b = Buffer.from(own);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Whether a forward carrying `secret` may be read (false: 401 before its body). */
+export function admits(admission: ForwardAdmission, secret: string): boolean {
+  return admission.open || (admission.secret !== null && sameSecret(secret, admission.secret));
 }

@@ -22,7 +22,7 @@ import { PushedKeys } from './pushed-keys.ts';
 import { SharedRateLimits } from './shared-rate-limits.ts';
 import { ThreadLink } from './thread-link.ts';
 import { ForwardRelay } from './forward-relay.ts';
-import { forwardLimitBytes } from '../cluster/forward-protocol.ts';
+import { admits, forwardLimitBytes } from '../cluster/forward-protocol.ts';
 
 /** A question to the state thread (/metrics, /cluster) waits at most this long. */
 const ASK_TIMEOUT_MS = 5_000;
@@ -94,7 +94,18 @@ async function run(): Promise<void> {
       rateLimits,
       gate,
       clusterStatus: start.clustered ? async () => (await ask('cluster')).text : null,
-      forwarded: relay === null ? null : { limitBytes: forwardLimitBytes(settings), handle: (secret, bytes) => relay.handle(secret, bytes) },
+      // A wrong secret gets 401 from the header, by the admission the state thread last posted
+      // (within GATE_POLL_MS of a leader change; a follower retries a 401 as it does a 503).
+      // Before, an edge read every body to its end first, up to forwardLimitBytes (16 MiB or
+      // more) a request, for anyone who could reach the port (the fix HTTP_THREADS=1 had).
+      forwarded:
+        relay === null
+          ? null
+          : {
+              limitBytes: forwardLimitBytes(settings),
+              mayAccept: (secret) => gateState.forward === null || admits(gateState.forward, secret),
+              handle: (secret, bytes) => relay.handle(secret, bytes),
+            },
     });
   } catch (error) {
     post({ t: 'listen-failed', message: (error as Error).message });

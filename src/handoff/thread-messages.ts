@@ -2,11 +2,17 @@
 // commands and answers themselves (frames.ts). Control messages are rare (a key change, a gate
 // change, a scrape, a stop): plain objects are fine for them.
 import type { KeyRecord } from '../auth/key-store.ts';
+import type { ForwardAdmission } from '../cluster/forward-protocol.ts';
 import type { Refusal } from '../http/write-gate.ts';
 
 export interface GateState {
   refusal: Refusal | null;
   notReady: string | null;
+  /**
+   * Cluster mode: which forwards the leader's internal endpoint reads (a wrong secret gets 401
+   * before its body is read); null on a single node.
+   */
+  forward: ForwardAdmission | null;
 }
 
 /** What an edge thread needs to start (workerData). */

@@ -44,7 +44,7 @@ export interface ServerDependencies {
    */
   forwarded?: {
     limitBytes: number;
-    /** False: the secret is not this epoch's, answered 401 before the body is read (optional: an edge thread cannot tell). */
+    /** False: the secret is not this epoch's, answered 401 before the body is read (an edge thread judges by what the state thread last posted). */
     mayAccept?(secret: string): boolean;
     handle(secret: string, bytes: Buffer): Promise<ForwardReply>;
   } | null;

@@ -14,7 +14,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
 import type { CommandSink } from './command-sink.ts';
-import type { ForwardReply } from '../cluster/forward-protocol.ts';
+import type { ForwardAdmission, ForwardReply } from '../cluster/forward-protocol.ts';
 
 /** How often the gate (journal failed? leading?) is looked at for changes to pass on. */
 const GATE_POLL_MS = 50;
@@ -61,6 +61,8 @@ export interface EdgeThreadsOptions {
   sink: CommandSink;
   /** Cluster mode: runs the frames followers forward to this node (cluster/forward-endpoint.ts). */
   forwarded: ((secret: string, bytes: Buffer) => Promise<ForwardReply>) | null;
+  /** Cluster mode: which forwards the edges read (passed on with the gate), as ForwardEndpoint.admission(). */
+  forwardAdmission: (() => ForwardAdmission) | null;
   metrics: Metrics;
   log: Logger;
 }
@@ -286,13 +288,21 @@ export class EdgeThreads implements HttpServer {
   }
 
   private readGate(): GateState {
-    return { refusal: this.options.gate.refusal(), notReady: this.options.gate.notReady() };
+    return { refusal: this.options.gate.refusal(), notReady: this.options.gate.notReady(), forward: this.options.forwardAdmission?.() ?? null };
   }
 
   private checkGate(): void {
     const now = this.readGate();
     const was = this.gateState;
-    if (now.notReady === was.notReady && now.refusal?.message === was.refusal?.message && now.refusal?.retryAfterSeconds === was.refusal?.retryAfterSeconds) return;
+    if (
+      now.notReady === was.notReady &&
+      now.refusal?.message === was.refusal?.message &&
+      now.refusal?.retryAfterSeconds === was.refusal?.retryAfterSeconds &&
+      now.forward?.open === was.forward?.open &&
+      now.forward?.secret === was.forward?.secret
+    ) {
+      return;
+    }
     this.gateState = now;
     for (const edge of this.edges) edge?.post({ t: 'gate', gate: now });
   }
