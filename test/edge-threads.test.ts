@@ -56,6 +56,24 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.equal(exportLines(server.dataDir, 'products').length, 60);
   });
 
+  test('/metrics shows every metric family HTTP_THREADS=1 shows (process_start_time_seconds was dropped by the sum)', async () => {
+    const families = async (threads: string): Promise<Set<string>> => {
+      const server = await startServer({ env: { HTTP_THREADS: threads } });
+      try {
+        assert.equal((await server.post('/product', { id: 'p', name: 'P' })).status, 200);
+        const text = (await server.request('/metrics')).text;
+        return new Set(text.split('\n').filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2]!));
+      } finally {
+        await server.stop();
+      }
+    };
+    const one = await families('1');
+    const two = await families('2');
+    // GC kinds come and go with the collections that ran; the rest must match.
+    assert.deepEqual([...one].filter((name) => !two.has(name)), [], 'families missing with HTTP_THREADS=2');
+    assert.ok(two.has('process_start_time_seconds'));
+  });
+
   test('a rate limit is per key across threads: 80 requests on 80 connections, burst 20, get 20 answers 200', async () => {
     const server = await startServer({ env: { ...THREADS, RATE_LIMIT_PER_SECOND: '1', RATE_LIMIT_BURST: '20' } });
     servers.push(server);

@@ -157,7 +157,11 @@ export class Metrics {
    */
   async summedWith(edges: unknown[]): Promise<string> {
     if (edges.length === 0) return this.registry.metrics();
-    const own = await this.registry.getMetricsAsJSON();
+    // A metric only this thread has and prom-client would drop in a sum ('omit': its
+    // process_start_time_seconds, meant for a cluster of processes) is this process's own: kept
+    // as it is ('first'; this registry comes first). Before, /metrics with HTTP_THREADS > 1 had
+    // no process_start_time_seconds (uptime and restart alerts saw nothing; found by a review).
+    const own = (await this.registry.getMetricsAsJSON()).map((metric) => (metric.aggregator === 'omit' ? { ...metric, aggregator: 'first' as const } : metric));
     const summed = client.AggregatorRegistry.aggregate([own, ...(edges as client.MetricObjectWithValues<client.MetricValue<string>>[][])]);
     return summed.metrics();
   }
