@@ -41,6 +41,7 @@ import { openStore, readClusterId } from './journal/store.ts';
 import { ensureDirectory, lockDataDir } from './journal/data-dir.ts';
 import { checkPortFree, lockPort } from './http/port-check.ts';
 import { StartupError } from './config/startup-error.ts';
+import { throwPointOnce } from './config/fault-points.ts';
 import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
 import { createLogger } from './telemetry/logger.ts';
@@ -121,6 +122,8 @@ function clusterGate(node: ClusterNode): WriteGate {
 
 /** Set once the HTTP server runs: closes its connections (every edge thread's). */
 let closeServer: (() => Promise<void>) | null = null;
+/** Set by the first exitProcess(). */
+let exiting = false;
 /** How long an exit waits for the edge threads to close their connections. */
 const EXIT_CLOSE_TIMEOUT_MS = 1_500;
 
@@ -129,6 +132,10 @@ const EXIT_CLOSE_TIMEOUT_MS = 1_500;
  * handles when the process exits makes Node abort (or hang) instead of exiting with `code`.
  */
 function exitProcess(code: number): void {
+  // Once: a second call (the stop's hard limit, a second failure) while the edges close would
+  // exit at once, with their sockets still open.
+  if (exiting) return;
+  exiting = true;
   const close = closeServer;
   if (close === null) process.exit(code);
   closeServer = null;
@@ -324,6 +331,15 @@ async function main(): Promise<void> {
   }
   let server: HttpServer;
   if (edgeThreads) {
+    // A bug that throws on this thread, uncaught, ends the process with exit 1 and its stack on
+    // stderr, as with HTTP_THREADS=1. Left to Node, the exit ended the edge threads with their
+    // uWS sockets open, which aborts it (SIGABRT, 'uv_loop_close() while having open handles',
+    // a native stack instead of a clean exit; found by a review). So: the error, the edges'
+    // connections closed, then exit 1.
+    process.on('uncaughtException', (error) => {
+      process.stderr.write(`intake: uncaught exception on the state thread: ${error instanceof Error ? error.stack : String(error)}\n`);
+      exitProcess(1);
+    });
     // HTTP_THREADS > 1: edge threads do the HTTP work; this thread is the state thread.
     const threads = await EdgeThreads.start({
       count: settings.httpThreads,
@@ -424,15 +440,19 @@ async function main(): Promise<void> {
   // Logged only once the handlers above are in place: a supervisor that signals as soon as it
   // reads "listening" must get a graceful stop, not Node's default exit.
   log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, httpThreads: settings.httpThreads, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
+  // Crash tests: a bug on this thread once it serves (it must not abort Node, edge threads or not).
+  throwPointOnce('state-listening');
 }
 
 main().catch((error: unknown) => {
   // A journal intake refuses is the operator's to fix: its message says how, a stack would not help.
   if (error instanceof StartupError) {
     process.stderr.write(`intake: ${error.message}\n`);
-    process.exit(2);
+    exitProcess(2);
+    return;
   }
   const text = error instanceof JournalGap || error instanceof DivergedError ? error.message : error instanceof Error ? error.stack : String(error);
   process.stderr.write(`intake: failed to start: ${text}\n`);
-  process.exit(1);
+  // Edge threads may listen already (a failure after they started): they close first.
+  exitProcess(1);
 });

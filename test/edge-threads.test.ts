@@ -145,6 +145,21 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
   });
 
+  test('a bug on the state thread (an uncaught exception) ends the process with exit 1 and its stack, as with HTTP_THREADS=1, not a SIGABRT', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    // The main thread throws once, uncaught, right after it logged 'listening' (config/fault-points.ts).
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: `state-listening:${marker}` } });
+    const ended = await new Promise<{ code: number | null; signal: string | null }>((resolve) => {
+      if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve({ code: server.child.exitCode, signal: server.child.signalCode });
+      server.child.once('exit', (code, signal) => resolve({ code, signal }));
+    });
+    assert.ok(existsSync(marker), 'the fault fired');
+    // Before: Node's exit ended the edge threads with their uWS sockets open and aborted.
+    assert.deepEqual(ended, { code: 1, signal: null }, server.stderr());
+    assert.match(server.stderr(), /test fault: state-listening/);
+    assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
+  });
+
   test('/metrics counters never fall when an edge thread is replaced: its counts stay in the sum', async () => {
     const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
     // The first edge asked for its share of /metrics sends it, then throws (config/fault-points.ts).
