@@ -160,6 +160,26 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
   });
 
+  test('/readyz is 503 while the state thread is stuck (the edges answered 200 while every write waited), and 200 again once it runs', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    // The state thread's first frame of commands blocks it for 4 s (config/fault-points.ts): a
+    // stand-in for a synchronous call that hangs on a stalled disk.
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_BLOCK_ONCE: `state-command:4000:${marker}` } });
+    servers.push(server);
+    assert.equal((await server.request('/readyz', undefined, { key: null })).status, 200);
+    const write = server.post('/product', { id: 'stuck', name: 'P' });
+    const startedAt = Date.now();
+    const notReady = await until('/readyz 503', async () => {
+      const res = await server.request<{ message: string }>('/readyz', undefined, { key: null, timeoutMs: 1_000 });
+      return res.status === 503 ? res : null;
+    }, 3_500);
+    assert.ok(existsSync(marker), 'the fault fired');
+    assert.match(notReady.body.message, /the state thread has not run for \d+ ms/);
+    assert.ok(Date.now() - startedAt < 3_900, 'said while the state thread was still stuck');
+    assert.equal((await write).status, 200, 'the write waited for the state thread, and was applied');
+    await until('/readyz 200 again', async () => (await server.request('/readyz', undefined, { key: null })).status === 200, 2_000);
+  });
+
   test('/metrics counters never fall when an edge thread is replaced: its counts stay in the sum', async () => {
     const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
     // The first edge asked for its share of /metrics sends it, then throws (config/fault-points.ts).

@@ -5,10 +5,14 @@
 //   sent from outside can time.
 // - INTAKE_TEST_THROW_ONCE=<name>:<file>: the first thread to reach the point of that name (while
 //   <file> does not exist: it creates it) throws, uncaught: a stand-in for a bug, once per test.
+// - INTAKE_TEST_BLOCK_ONCE=<name>:<ms>:<file>: the first thread to reach the point of that name
+//   (while <file> does not exist: it creates it) blocks for <ms>, its event loop stuck: a stand-in
+//   for a synchronous call that hangs (a stalled disk), once per test.
 import { existsSync, writeFileSync } from 'node:fs';
 
 const killPoint = process.env.INTAKE_TEST_SIGKILL_AT ?? '';
 const throwOnce = process.env.INTAKE_TEST_THROW_ONCE ?? '';
+const blockOnce = process.env.INTAKE_TEST_BLOCK_ONCE ?? '';
 
 export function faultPoint(name: string): void {
   if (killPoint === name) process.kill(process.pid, 'SIGKILL');
@@ -17,14 +21,29 @@ export function faultPoint(name: string): void {
 /** Throws, outside any promise, if INTAKE_TEST_THROW_ONCE names this point and has not fired yet. */
 export function throwPointOnce(name: string): void {
   if (!throwOnce.startsWith(`${name}:`)) return;
-  const marker = throwOnce.slice(name.length + 1);
-  if (existsSync(marker)) return;
-  try {
-    writeFileSync(marker, '', { flag: 'wx' });
-  } catch {
-    return; // another thread reached it first, between the check and the create
-  }
+  if (!claimMarker(throwOnce.slice(name.length + 1))) return;
   setImmediate(() => {
     throw new Error(`test fault: ${name}`);
   });
+}
+
+/** Creates `marker`; false if it exists (the point fired already, maybe in another thread). */
+function claimMarker(marker: string): boolean {
+  if (existsSync(marker)) return false;
+  try {
+    writeFileSync(marker, '', { flag: 'wx' });
+    return true;
+  } catch {
+    return false; // another thread reached it first, between the check and the create
+  }
+}
+
+/** Blocks this thread (sleeps, its event loop stuck) if INTAKE_TEST_BLOCK_ONCE names this point and has not fired yet. */
+export function blockPointOnce(name: string): void {
+  if (!blockOnce.startsWith(`${name}:`)) return;
+  const rest = blockOnce.slice(name.length + 1);
+  const colon = rest.indexOf(':');
+  const ms = Number(rest.slice(0, colon));
+  if (colon < 0 || !Number.isFinite(ms) || !claimMarker(rest.slice(colon + 1))) return;
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }

@@ -19,6 +19,7 @@ import { createLogger } from '../telemetry/logger.ts';
 import { Metrics } from '../telemetry/metrics.ts';
 import { offloadsMapping } from '../workers/mapping-pool.ts';
 import { PushedKeys } from './pushed-keys.ts';
+import { StateHeartbeat } from './state-heartbeat.ts';
 import { SharedRateLimits } from './shared-rate-limits.ts';
 import { ThreadLink } from './thread-link.ts';
 import { ForwardRelay } from './forward-relay.ts';
@@ -43,7 +44,9 @@ async function run(): Promise<void> {
   // The gate as the state thread last posted it: a write it refuses gets 503 before its body is
   // read. The state thread checks again when the command arrives (the gate may have closed since).
   let gateState: GateState = start.gate;
-  const gate: WriteGate = { refusal: () => gateState.refusal, notReady: () => gateState.notReady };
+  // Not ready, too, while the state thread is stuck: the writes this edge takes would wait for it.
+  const heartbeat = StateHeartbeat.attach(start.heartbeat);
+  const gate: WriteGate = { refusal: () => gateState.refusal, notReady: () => gateState.notReady ?? heartbeat.stalled() };
 
   const rateLimits: RateLimiter = start.rateLimits === null ? new RateLimits(0, 0) : SharedRateLimits.attach(start.rateLimits);
   const metrics = new Metrics(null);

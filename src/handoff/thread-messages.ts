@@ -25,6 +25,8 @@ export interface EdgeStart {
   port: number;
   keys: KeyRecord[];
   gate: GateState;
+  /** StateHeartbeat's buffer: the state thread's stamp, for /readyz. */
+  heartbeat: SharedArrayBuffer;
   /** SharedRateLimits' buffer (null: no rate limit). */
   rateLimits: SharedArrayBuffer | null;
   openApiJson: string;

@@ -13,10 +13,15 @@ import type { WriteGate } from '../http/write-gate.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
+import { StateHeartbeat } from '../edge/state-heartbeat.ts';
+import { blockPointOnce } from '../config/fault-points.ts';
 import type { CommandSink } from './command-sink.ts';
 import type { ForwardAdmission, ForwardReply } from '../cluster/forward-protocol.ts';
 
-/** How often the gate (journal failed? leading?) is looked at for changes to pass on. */
+/**
+ * How often the gate (journal failed? leading?) is looked at for changes to pass on, and the
+ * heartbeat stamped (edge/state-heartbeat.ts; one timer, one wakeup, for both).
+ */
 const GATE_POLL_MS = 50;
 /** A scrape waits this long for every edge's share of /metrics. */
 const COLLECT_TIMEOUT_MS = 2_000;
@@ -90,7 +95,8 @@ class Edge {
 export class EdgeThreads implements HttpServer {
   private readonly edges: Edge[] = [];
   private gateState: GateState;
-  private readonly gateTimer: NodeJS.Timeout;
+  /** Polls the gate (until stopAccepting()) and stamps the heartbeat (until close()). */
+  private ticker: NodeJS.Timeout | null = null;
   private nextCollect = 1;
   private readonly collecting = new Map<number, { answered: Set<Edge>; wanted: number; done: () => void }>();
   /**
@@ -101,13 +107,24 @@ export class EdgeThreads implements HttpServer {
    */
   private readonly retiredMetrics: unknown[] = [];
   private stopping = false;
+  /** Stamped every GATE_POLL_MS until close(): the edges' /readyz says 503 while it is stale. */
+  private readonly heartbeat = StateHeartbeat.create();
   port = 0;
 
   private constructor(private readonly options: EdgeThreadsOptions) {
     this.gateState = this.readGate();
-    this.gateTimer = setInterval(() => this.checkGate(), GATE_POLL_MS);
-    this.gateTimer.unref();
+    this.tick();
     options.metrics.watchHttpThreads(() => this.edges.filter((e) => e.listening).length);
+  }
+
+  /** Starts the ticker (again, after a close()). */
+  private tick(): void {
+    this.heartbeat.beat();
+    this.ticker ??= setInterval(() => {
+      this.heartbeat.beat();
+      if (!this.stopping) this.checkGate();
+    }, GATE_POLL_MS);
+    this.ticker.unref();
   }
 
   /** Starts `count` edge threads; the first fixes the port (when the setting is 0), the rest share it. */
@@ -123,6 +140,7 @@ export class EdgeThreads implements HttpServer {
       } catch (error) {
         await threads.close();
         threads.stopping = false;
+        threads.tick();
         if (options.port !== 0 || attempt >= FREE_PORT_ATTEMPTS) throw error;
       }
     }
@@ -137,6 +155,7 @@ export class EdgeThreads implements HttpServer {
       port,
       keys: options.keys(),
       gate: this.gateState,
+      heartbeat: this.heartbeat.buffer,
       rateLimits: options.rateLimits,
       openApiJson: options.openApiJson,
       clustered: options.clusterStatus !== null,
@@ -177,6 +196,8 @@ export class EdgeThreads implements HttpServer {
   private onMessage(edge: Edge, message: EdgeMessage): void {
     switch (message.t) {
       case 'commands': {
+        // Crash tests: the state thread stuck, as in a synchronous call that hangs.
+        blockPointOnce('state-command');
         let commands;
         try {
           commands = readCommands({ text: message.text, blobs: message.blobs });
@@ -314,7 +335,6 @@ export class EdgeThreads implements HttpServer {
 
   stopAccepting(): void {
     this.stopping = true;
-    clearInterval(this.gateTimer);
     for (const edge of this.edges) edge.post({ t: 'stop' });
   }
 
@@ -334,6 +354,8 @@ export class EdgeThreads implements HttpServer {
   /** Closes every edge's connections and waits for the threads to end (Node aborts on exit otherwise). */
   async close(): Promise<void> {
     this.stopping = true;
+    if (this.ticker !== null) clearInterval(this.ticker);
+    this.ticker = null;
     await Promise.all(
       this.edges.map(async (edge) => {
         if (edge.exited) return;
