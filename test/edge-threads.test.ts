@@ -180,6 +180,20 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     await until('/readyz 200 again', async () => (await server.request('/readyz', undefined, { key: null })).status === 200, 2_000);
   });
 
+  test('an edge thread whose replacement fails to start is started again later, not given up for good', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'intake-fault-'));
+    // The first edge to listen throws once; its replacement throws before it listens, once
+    // (config/fault-points.ts). Before, that replacement was given up: one edge for good.
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: `edge-listening:${join(dir, 'a')},edge-restarting:${join(dir, 'b')}` } });
+    servers.push(server);
+    await until('the replacement to fail', async () => existsSync(join(dir, 'b')), 10_000);
+    await until('both edges listening again', async () => (metric((await server.request('/metrics').catch(() => ({ text: '' }))).text, 'intake_http_threads ') === 2 ? true : null), 10_000);
+    const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) => postAlone(server.port, '/product', { id: `again-${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    assert.equal(await server.stop(), 0, server.stderr());
+    assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
+  });
+
   test('/metrics counters never fall when an edge thread is replaced: its counts stay in the sum', async () => {
     const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
     // The first edge asked for its share of /metrics sends it, then throws (config/fault-points.ts).

@@ -3,8 +3,9 @@
 // - INTAKE_TEST_SIGKILL_AT=<name>: the process SIGKILLs itself when it reaches the point of that
 //   name, so a test can crash it exactly between two writes, as a power cut could, which no kill
 //   sent from outside can time.
-// - INTAKE_TEST_THROW_ONCE=<name>:<file>: the first thread to reach the point of that name (while
-//   <file> does not exist: it creates it) throws, uncaught: a stand-in for a bug, once per test.
+// - INTAKE_TEST_THROW_ONCE=<name>:<file>[,<name>:<file>...]: the first thread to reach the point
+//   of that name (while <file> does not exist: it creates it) throws, uncaught: a stand-in for a
+//   bug, once per test and point.
 // - INTAKE_TEST_BLOCK_ONCE=<name>:<ms>:<file>: the first thread to reach the point of that name
 //   (while <file> does not exist: it creates it) blocks for <ms>, its event loop stuck: a stand-in
 //   for a synchronous call that hangs (a stalled disk), once per test.
@@ -18,13 +19,24 @@ export function faultPoint(name: string): void {
   if (killPoint === name) process.kill(process.pid, 'SIGKILL');
 }
 
+/** Whether INTAKE_TEST_THROW_ONCE names this point and it has not fired yet (it fires now). */
+function throwsNow(name: string): boolean {
+  if (throwOnce === '') return false;
+  const point = throwOnce.split(',').find((p) => p.startsWith(`${name}:`));
+  return point !== undefined && claimMarker(point.slice(name.length + 1));
+}
+
 /** Throws, outside any promise, if INTAKE_TEST_THROW_ONCE names this point and has not fired yet. */
 export function throwPointOnce(name: string): void {
-  if (!throwOnce.startsWith(`${name}:`)) return;
-  if (!claimMarker(throwOnce.slice(name.length + 1))) return;
+  if (!throwsNow(name)) return;
   setImmediate(() => {
     throw new Error(`test fault: ${name}`);
   });
+}
+
+/** Throws here and now (the caller's promise rejects) if INTAKE_TEST_THROW_ONCE names this point and has not fired yet. */
+export function throwPointOnceHere(name: string): void {
+  if (throwsNow(name)) throw new Error(`test fault: ${name}`);
 }
 
 /** Creates `marker`; false if it exists (the point fired already, maybe in another thread). */

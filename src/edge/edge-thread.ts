@@ -6,7 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Authenticator } from '../auth/authenticator.ts';
 import { parseServiceKeys } from '../auth/key-store.ts';
-import { throwPointOnce } from '../config/fault-points.ts';
+import { throwPointOnce, throwPointOnceHere } from '../config/fault-points.ts';
 import { parseSettings } from '../config/settings.ts';
 import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff/thread-messages.ts';
 import { buildBatchRoute } from '../http/batch.ts';
@@ -83,6 +83,8 @@ async function run(): Promise<void> {
       post({ t: 'ask', id, what });
     });
 
+  // Crash tests: a replacement that fails before it listens (the thread ends, no uWS handle open).
+  if (start.attempt > 0) throwPointOnceHere('edge-restarting');
   let server: HttpServer;
   try {
     server = await startHttpServer({

@@ -31,6 +31,8 @@ export interface EdgeStart {
   rateLimits: SharedArrayBuffer | null;
   openApiJson: string;
   clustered: boolean;
+  /** 0: one of the first edges; n: the n-th replacement in a row for an edge that failed. */
+  attempt: number;
 }
 
 /** Edge → state. */

@@ -28,6 +28,15 @@ const COLLECT_TIMEOUT_MS = 2_000;
 /** A stopping edge gets this long to close its connections and end. */
 const CLOSE_TIMEOUT_MS = 2_000;
 
+/**
+ * A replacement edge that fails too (before it listened, or soon after) is started again after
+ * RESTART_FIRST_MS, doubling up to RESTART_MAX_MS: never given up while the server runs, never a
+ * tight loop. One that served RESTART_STABLE_MS or more starts its count again (at once).
+ */
+const RESTART_FIRST_MS = 100;
+const RESTART_MAX_MS = 5_000;
+const RESTART_STABLE_MS = 10_000;
+
 /** Tries at an ephemeral port shared by the edge threads (PORT=0). */
 const FREE_PORT_ATTEMPTS = 5;
 
@@ -82,9 +91,13 @@ class Edge {
   closedWaiters: (() => void)[] = [];
   /** This edge's share of /metrics as it last sent it (prom-client JSON), or null. */
   lastMetrics: unknown = null;
+  /** performance.now() when it said it listens. */
+  listeningAtMs = 0;
   constructor(
     readonly index: number,
     readonly worker: Worker,
+    /** 0: started with the server; n: the n-th replacement in a row for a thread that failed. */
+    readonly attempt: number,
   ) {}
 
   post(message: StateMessage): void {
@@ -107,6 +120,8 @@ export class EdgeThreads implements HttpServer {
    */
   private readonly retiredMetrics: unknown[] = [];
   private stopping = false;
+  /** Replacements waiting to start (restart()): cancelled by close(). */
+  private readonly restarts = new Set<NodeJS.Timeout>();
   /** Stamped every GATE_POLL_MS until close(): the edges' /readyz says 503 while it is stale. */
   private readonly heartbeat = StateHeartbeat.create();
   port = 0;
@@ -146,7 +161,7 @@ export class EdgeThreads implements HttpServer {
     }
   }
 
-  private startEdge(index: number, port: number): Promise<number> {
+  private startEdge(index: number, port: number, attempt = 0): Promise<number> {
     const { options } = this;
     const start: EdgeStart = {
       index,
@@ -159,14 +174,16 @@ export class EdgeThreads implements HttpServer {
       rateLimits: options.rateLimits,
       openApiJson: options.openApiJson,
       clustered: options.clusterStatus !== null,
+      attempt,
     };
     const worker = startThread(EDGE_ENTRY, start as unknown as Record<string, unknown>);
-    const edge = new Edge(index, worker);
+    const edge = new Edge(index, worker, attempt);
     this.edges[index] = edge;
     return new Promise((resolve, reject) => {
       worker.on('message', (message: EdgeMessage) => {
         if (message.t === 'listening') {
           edge.listening = true;
+          edge.listeningAtMs = performance.now();
           resolve(message.port);
         } else if (message.t === 'listen-failed') reject(new Error(message.message));
         else this.onMessage(edge, message);
@@ -184,13 +201,29 @@ export class EdgeThreads implements HttpServer {
         for (const done of edge.closedWaiters.splice(0)) done();
         for (const done of edge.settledWaiters.splice(0)) done();
         reject(new Error(`edge thread ${index} ended before it listened (exit code ${code})`));
-        if (this.stopping || edge.closing || !served) return;
+        // One of the first edges that did not listen: start() gives up or tries another port.
+        if (this.stopping || edge.closing || (!served && attempt === 0)) return;
         // Its connections are gone with it (their clients see a reset and retry); the port is
-        // still served by the others, and a new thread takes its place.
-        options.log.error({ edge: index, code }, 'an edge thread ended; starting another');
-        this.startEdge(index, this.port).catch((error: unknown) => options.log.error({ err: error, edge: index }, 'an edge thread could not be restarted'));
+        // still served by the others, and a new thread takes its place. A replacement that
+        // failed to start is tried again, later: before, it was given up for good, and the
+        // server ran on with one edge fewer (none, once each had failed so), up and answering
+        // nothing (found by a review).
+        const failures = served && performance.now() - edge.listeningAtMs >= RESTART_STABLE_MS ? 0 : attempt;
+        const delayMs = failures === 0 ? 0 : Math.min(RESTART_MAX_MS, RESTART_FIRST_MS * 2 ** (failures - 1));
+        options.log.error({ edge: index, code, listened: served, delayMs }, 'an edge thread ended; starting another');
+        this.restart(index, failures + 1, delayMs);
       });
     });
+  }
+
+  /** Starts edge `index` again after `delayMs` (its exit handler schedules the next try if this one fails). */
+  private restart(index: number, attempt: number, delayMs: number): void {
+    const timer = setTimeout(() => {
+      this.restarts.delete(timer);
+      if (this.stopping) return;
+      this.startEdge(index, this.port, attempt).catch((error: unknown) => this.options.log.error({ err: error, edge: index }, 'an edge thread could not be restarted; trying again'));
+    }, delayMs);
+    this.restarts.add(timer);
   }
 
   private onMessage(edge: Edge, message: EdgeMessage): void {
@@ -356,6 +389,8 @@ export class EdgeThreads implements HttpServer {
     this.stopping = true;
     if (this.ticker !== null) clearInterval(this.ticker);
     this.ticker = null;
+    for (const timer of this.restarts) clearTimeout(timer);
+    this.restarts.clear();
     await Promise.all(
       this.edges.map(async (edge) => {
         if (edge.exited) return;
