@@ -2,7 +2,15 @@
 // In cluster mode each job has its own client (commits, the lease, the journal reader, LISTEN),
 // so a slow commit never delays a lease renewal, and LISTEN, which node-postgres cannot do on a
 // pooled client, has a connection of its own.
-import pg from 'pg';
+import { createRequire } from 'node:module';
+import type pg from 'pg';
+
+// node-postgres is loaded at the first connection, not at start: a single node never uses it,
+// and loading it took about 60 ms of a start that must answer /readyz within 1 s (issue 11).
+// It is a CommonJS package, so a synchronous require() keeps newClient() synchronous.
+const requireCjs = createRequire(import.meta.url);
+let pgModule: typeof pg | null = null;
+const loadPg = (): typeof pg => (pgModule ??= requireCjs('pg') as typeof pg);
 
 /** A server that does not answer a connect within this is treated as unreachable. */
 const CONNECT_TIMEOUT_MS = 3_000;
@@ -17,7 +25,7 @@ export interface ClientOptions {
 
 /** A client not connected yet, with the timeouts above and its 'error' event handled. */
 export function newClient(url: string, options: ClientOptions): pg.Client {
-  const client = new pg.Client({
+  const client = new (loadPg().Client)({
     connectionString: url,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     query_timeout: options.queryTimeoutMs,
