@@ -96,6 +96,10 @@ export async function startFaultProxy(upstream: string, plan: FaultProxy['plan']
     handle(req, res).catch(() => req.socket.destroy());
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  // A test whose assertion fails before it closes the proxy must not keep its file's process
+  // alive for ever (node --test then waits on it without end; seen 2026-11-28): the listening
+  // socket does not hold the event loop. The nodes it proxies are killed by the file's hooks.
+  server.unref();
   proxy.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   proxy.close = () =>
     new Promise((resolve) => {

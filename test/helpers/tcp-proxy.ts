@@ -39,6 +39,8 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
       s.listen(port, '127.0.0.1', () => resolve());
     });
     port = (s.address() as AddressInfo).port;
+    // Not holding the event loop: a test that fails before close() must still let its file end.
+    s.unref();
     server = s;
   };
   const cut = async (): Promise<void> => {
