@@ -28,8 +28,15 @@ function postRaw(server: TestServer, path: string, body: Buffer | string, header
 
 describe('big mappings through the worker pool', () => {
   let server: TestServer;
+  /** Mapping worker threads running, from /metrics. */
+  async function workersRunning(): Promise<number> {
+    const text = (await server.request('/metrics', undefined, { key: null })).text;
+    return Number(/^intake_mapping_workers (\d+)$/m.exec(text)?.[1]);
+  }
+  let workersBefore = NaN;
   before(async () => {
     server = await startServer({ env: { MAPPING_WORKERS: '1' } });
+    workersBefore = await workersRunning();
     await createProducts(server, N);
     for (const c of ['big', 'gz', 'order', 'order2', 'atomic']) assert.equal((await server.post('/collection', { id: c, name: c })).status, 200);
   });
@@ -37,8 +44,15 @@ describe('big mappings through the worker pool', () => {
     await server.stop();
   });
 
-  test('the server starts its worker pool', () => {
+  test('the worker pool starts with the first big mapping body, not with the server', async () => {
     assert.ok(server.logs().some((l) => l.includes('"mappingWorkers":1')));
+    assert.equal(workersBefore, 0, 'no worker thread at start (nor after 100,000 small writes)');
+    assert.equal(await workersRunning(), 0);
+    assert.equal((await server.post('/collection', { id: 'first', name: 'first' })).status, 200);
+    const res = await postRaw(server, '/collection/first/products/add', JSON.stringify({ products: ids('p', 20_000) }));
+    assert.equal(res.status, 200, res.text);
+    assert.equal(await workersRunning(), 1);
+    assert.deepEqual(members(server, 'first'), ids('p', 20_000));
   });
 
   test('100,000 ids with duplicates, in one request: 200, every id a member once, in order', async () => {

@@ -102,7 +102,12 @@ export function offloadsMapping(settings: Pick<MappingPoolSettings, 'mappingWork
 }
 
 export class MappingPool {
-  private readonly pool: Piscina<MappingTask, MappingTaskResult> | null;
+  /**
+   * Made at the first body that needs a worker, not at start: a worker loads its own copy of
+   * the schemas (TypeBox's 218 modules among them), about 320 ms of CPU (measured 2026-11-28),
+   * which every start paid and most servers never use. The first big mapping waits for it once.
+   */
+  private pool: Piscina<MappingTask, MappingTaskResult> | null = null;
   private readonly settings: MappingPoolSettings;
   /** Tasks handed to piscina and not settled: at most one per worker. */
   private running = 0;
@@ -117,36 +122,45 @@ export class MappingPool {
   /** Moving average of how long a task takes in a worker, for Retry-After. */
   private taskMs = FIRST_TASK_MS_GUESS;
   /** Settles once every worker has run a loadProbe() (so has loaded the task module): see close(). */
-  private readonly loaded: Promise<unknown>;
+  private loaded: Promise<unknown> = Promise.resolve();
 
   constructor(settings: MappingPoolSettings) {
     this.settings = settings;
-    const threads = settings.mappingWorkers;
-    this.pool =
-      threads === 0
-        ? null
-        : new Piscina<MappingTask, MappingTaskResult>({
-            filename: moduleUrl('./mapping-task', import.meta.url),
-            minThreads: threads,
-            maxThreads: threads,
-            idleTimeout: Number.POSITIVE_INFINITY,
-            resourceLimits: { maxOldGenerationSizeMb: settings.mappingWorkerMaxMemoryMb },
-            // Parsing a big body is never urgent; answering small requests is. On a busy machine
-            // the OS gives the event loop the core first.
-            niceIncrement: WORKER_NICE_INCREMENT,
-          });
-    // One probe per worker at once: piscina gives a worker one task at a time.
-    const pool = this.pool;
-    this.loaded = pool === null ? Promise.resolve() : Promise.allSettled(Array.from({ length: threads }, () => loadProbe(pool)));
   }
 
   get enabled(): boolean {
-    return this.pool !== null;
+    return this.settings.mappingWorkers > 0;
+  }
+
+  /** The workers, started at the first call. */
+  private workers(): Piscina<MappingTask, MappingTaskResult> {
+    if (this.pool !== null) return this.pool;
+    const threads = this.settings.mappingWorkers;
+    const pool = new Piscina<MappingTask, MappingTaskResult>({
+      filename: moduleUrl('./mapping-task', import.meta.url),
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: Number.POSITIVE_INFINITY,
+      resourceLimits: { maxOldGenerationSizeMb: this.settings.mappingWorkerMaxMemoryMb },
+      // Parsing a big body is never urgent; answering small requests is. On a busy machine
+      // the OS gives the event loop the core first.
+      niceIncrement: WORKER_NICE_INCREMENT,
+    });
+    // One probe per worker at once: piscina gives a worker one task at a time. Queued before
+    // any real task, so they settle once the workers have loaded.
+    this.loaded = Promise.allSettled(Array.from({ length: threads }, () => loadProbe(pool)));
+    this.pool = pool;
+    return pool;
   }
 
   /** Big bodies, and every gzip one (inflating can be heavy whatever the wire size), go to a worker. */
   shouldOffload(sizeBytes: number, encoding: Encoding): boolean {
     return offloadsMapping(this.settings, sizeBytes, encoding);
+  }
+
+  /** Worker threads running now: none until the first body that needs one. */
+  get startedWorkers(): number {
+    return this.pool?.threads.length ?? 0;
   }
 
   /** Bodies waiting for a worker. */
@@ -166,7 +180,7 @@ export class MappingPool {
    * retryAfterSeconds().
    */
   parse(body: Buffer, encoding: Encoding, limitBytes: number, maxItems: number, fingerprint: boolean): MappingTicket | null {
-    if (this.pool === null) return { result: Promise.reject(new Error('the mapping worker pool is off')), release: () => undefined };
+    if (!this.enabled) return { result: Promise.reject(new Error('the mapping worker pool is off')), release: () => undefined };
     const mustWait = this.running >= this.settings.mappingWorkers || this.waiting > 0;
     if (mustWait && (this.waiting >= this.settings.mappingWorkerQueueMax || this.queuedBytes + this.parsedHeldBytes + body.byteLength > this.settings.mappingWorkerQueueBytes)) return null;
     const bytes = ownBuffer(body);
@@ -207,13 +221,17 @@ export class MappingPool {
 
   /** Starts queued tasks, oldest first, while a worker is free. */
   private startWaiting(): void {
-    const pool = this.pool!;
     while (this.running < this.settings.mappingWorkers && this.head < this.queue.length) {
       const next = this.queue[this.head]!;
       this.queue[this.head++] = null;
       this.queuedBytes -= next.task.bytes.byteLength;
+      // A body that comes while the server stops starts no workers.
+      if (this.closing) {
+        next.reject(new MappingPoolClosedError());
+        continue;
+      }
       this.running++;
-      this.run(pool, next);
+      this.run(this.workers(), next);
     }
     if (this.head >= COMPACT_AFTER) {
       this.queue = this.queue.slice(this.head);
