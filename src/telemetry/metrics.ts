@@ -192,7 +192,7 @@ export class Metrics {
   /** Big mappings held beside those in a worker (MAPPING_WORKER_QUEUE_MAX bounds them), read at scrape. */
   watchMappings(pool: { readonly waiting: number; readonly startedWorkers: number }): void {
     readAtScrape(this.registry, 'gauge', 'intake_mapping_waiting', 'big mapping requests waiting: bodies for a mapping worker, parsed mappings for their catalog\'s turn', () => pool.waiting);
-    readAtScrape(this.registry, 'gauge', 'intake_mapping_workers', 'mapping worker threads running (they start with the first big mapping body)', () => pool.startedWorkers);
+    readAtScrape(this.registry, 'gauge', 'intake_mapping_workers', 'mapping worker threads started and loaded (they start with the first big mapping body)', () => pool.startedWorkers);
   }
 }
 

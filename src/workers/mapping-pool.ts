@@ -123,6 +123,8 @@ export class MappingPool {
   private taskMs = FIRST_TASK_MS_GUESS;
   /** Settles once every worker has run a loadProbe() (so has loaded the task module): see close(). */
   private loaded: Promise<unknown> = Promise.resolve();
+  /** Load probes answered (about the workers that have loaded: piscina may give two probes to one). */
+  private loadedWorkers = 0;
 
   constructor(settings: MappingPoolSettings) {
     this.settings = settings;
@@ -148,7 +150,7 @@ export class MappingPool {
     });
     // One probe per worker at once: piscina gives a worker one task at a time. Queued before
     // any real task, so they settle once the workers have loaded.
-    this.loaded = Promise.allSettled(Array.from({ length: threads }, () => loadProbe(pool)));
+    this.loaded = Promise.allSettled(Array.from({ length: threads }, () => loadProbe(pool).then(() => this.loadedWorkers++)));
     this.pool = pool;
     return pool;
   }
@@ -158,9 +160,9 @@ export class MappingPool {
     return offloadsMapping(this.settings, sizeBytes, encoding);
   }
 
-  /** Worker threads running now: none until the first body that needs one. */
+  /** Workers that have loaded the task module: none until the first body that needs one. */
   get startedWorkers(): number {
-    return this.pool?.threads.length ?? 0;
+    return this.loadedWorkers;
   }
 
   /** Bodies waiting for a worker. */
