@@ -14,7 +14,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cpuSeconds } from './lib/cpu.ts';
 import { printTable, runBench } from './lib/report.ts';
-import { ROOT, serverCommand } from './lib/servers.ts';
+import { ROOT, serverCommand, untilReady } from './lib/servers.ts';
 import { freePort } from './lib/sink-servers.ts';
 
 const runs = Number(process.argv[2] ?? 7);
@@ -50,16 +50,7 @@ async function timeStart(command: string, args: readonly string[]): Promise<{ ms
     detached: true,
   });
   try {
-    for (;;) {
-      try {
-        if ((await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200) break;
-      } catch {
-        // not listening yet
-      }
-      if (performance.now() - started > GIVE_UP_MS) throw new Error(`${command}: no /readyz 200 within ${GIVE_UP_MS} ms`);
-      await sleep(5);
-    }
-    const ms = performance.now() - started;
+    const ms = await untilReady(port, started, GIVE_UP_MS);
     const pid = command === 'npm' ? serverPid(child.pid!) : child.pid!;
     return { ms, cpuMs: pid === null ? NaN : cpuSeconds(pid) * 1000 };
   } finally {

@@ -13,6 +13,7 @@ import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ROOT } from './helpers/server.ts';
 import { freePort } from '../bench/lib/sink-servers.ts';
+import { untilReady } from '../bench/lib/servers.ts';
 
 /** Far above any healthy start (0.4 to 1.2 s measured), far below a build at start (about 10 s). */
 const START_LIMIT_MS = 5_000;
@@ -41,15 +42,7 @@ test('a fresh clone: npm install builds dist/ (prepare), npm start serves /ready
     detached: true,
   });
   try {
-    for (;;) {
-      try {
-        if ((await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200) break;
-      } catch {
-        // not listening yet
-      }
-      assert.ok(performance.now() - started < START_LIMIT_MS, `no /readyz 200 within ${START_LIMIT_MS} ms of npm start`);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
+    await untilReady(port, started, START_LIMIT_MS);
   } finally {
     process.kill(-npm.pid!, 'SIGKILL');
   }

@@ -115,3 +115,19 @@ export function startBareUwsLmdb(): Promise<RunningServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'bare-lmdb-'));
   return start('bare-uws-lmdb', 'dist/bench/bare-uws-lmdb.js', { DATA_DIR: dataDir }, dataDir);
 }
+
+/**
+ * Polls http://127.0.0.1:`port`/readyz every 5 ms until it answers 200 and resolves with the ms
+ * since `startedAt` (a performance.now() reading: the spawn); rejects once `giveUpMs` have passed.
+ */
+export async function untilReady(port: number, startedAt: number, giveUpMs: number): Promise<number> {
+  for (;;) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200) return performance.now() - startedAt;
+    } catch {
+      // not listening yet
+    }
+    if (performance.now() - startedAt > giveUpMs) throw new Error(`no /readyz 200 within ${giveUpMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
