@@ -8,7 +8,7 @@ import { gzipSync } from 'node:zlib';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { exportLines, KEY_A, parseResponses, rawExchange, startServer, type Response, type TestServer } from './helpers/server.ts';
-import { until } from './helpers/wait.ts';
+import { metric, until } from './helpers/wait.ts';
 
 const BIG_LIMITS = { MAPPING_MAX_ITEMS: '5000000', MAPPING_BODY_LIMIT_BYTES: String(256 * 1024 * 1024), MAPPING_WORKER_MAX_MEMORY_MB: '2048' };
 const BUSY_MESSAGE = 'the mapping workers are busy and their queue is full; nothing was applied: retry after the number of seconds in Retry-After';
@@ -174,7 +174,7 @@ describe('the mapping workers\' queue', () => {
       // The workers start with the first big body: started and loaded first, so that each small
       // body below is parsed at once, as the test means (a body arriving while they load waits).
       assert.equal((await postGzip(server, '/collection/q/products/remove', repeated('b0', 10))).status, 200);
-      await until('both mapping workers to load', async () => /^intake_mapping_workers 2$/m.test((await server.request('/metrics', undefined, { key: null })).text));
+      await until('both mapping workers to load', async () => (await metric(server, 'intake_mapping_workers')) === 2);
       const slow = postGzip(server, SLOW_PATH, slowBody());
       await new Promise((resolve) => setTimeout(resolve, 150));
       const answers: Array<Promise<Response<any>>> = [];

@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createProducts as createProductsFast, quiet } from '../bench/lib/populate.ts';
 import { exportLines, KEY_A, startServer, type TestServer } from './helpers/server.ts';
+import { metric } from './helpers/wait.ts';
 
 const N = 100_000;
 const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
@@ -29,11 +30,8 @@ function postRaw(server: TestServer, path: string, body: Buffer | string, header
 describe('big mappings through the worker pool', () => {
   let server: TestServer;
   /** Mapping worker threads running, from /metrics. */
-  async function workersRunning(): Promise<number> {
-    const text = (await server.request('/metrics', undefined, { key: null })).text;
-    return Number(/^intake_mapping_workers (\d+)$/m.exec(text)?.[1]);
-  }
-  let workersBefore = NaN;
+  const workersRunning = () => metric(server, 'intake_mapping_workers');
+  let workersBefore: number | null = null;
   before(async () => {
     server = await startServer({ env: { MAPPING_WORKERS: '1' } });
     workersBefore = await workersRunning();
