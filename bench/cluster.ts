@@ -332,7 +332,15 @@ async function main(): Promise<void> {
     const med = median(values);
     rows.push(`| failover stall, kill -9 of the leader → first 200 through haproxy (${stalls.length} kills): median / max ms | – | ${fmt(med, 0)} / ${fmt(Math.max(...values), 0)} | | median ≤ lease + 1 s = ${TARGETS.stallMs} ms: ${verdict(med <= TARGETS.stallMs)} |`);
   }
-  const errorLines = nodes.flatMap((node) => node.errorLines.map((line) => `${node.name}: ${line.length > 300 ? `${line.slice(0, 300)}…` : line}`));
+  // The message first (a stack in `err` would push it past the cut), then the line.
+  const messageOf = (line: string): string => {
+    try {
+      return `${String((JSON.parse(line) as { msg?: unknown }).msg)} — `;
+    } catch {
+      return '';
+    }
+  };
+  const errorLines = nodes.flatMap((node) => node.errorLines.map((line) => `${node.name}: ${messageOf(line)}${line.length > 300 ? `${line.slice(0, 300)}…` : line}`));
   const notes = [
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}.`,
     `CPU per request: utime + stime of the process (all threads) ÷ requests answered, at ${fmt(ratePerSec, 0)} track events/s from ${RATE_CONNECTIONS} connections for ${seconds} s, median of ${rounds} alternating rounds. PostgreSQL: its whole process tree over the cluster round, the follower's catch-up reads included. Follower: its CPU from the round's start until it has applied what the leader committed in it, ÷ the records it applied.`,
