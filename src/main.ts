@@ -407,6 +407,9 @@ async function main(): Promise<void> {
       exitProcess(1);
     }, STOP_HARD_LIMIT_MS);
     server.stopAccepting();
+    // A follower no longer takes the lease while it finishes its requests (its leader may be
+    // stopping too: one leader change for the clients, not two).
+    node?.leave();
     schedule.stop();
     await server.settled(STOP_REQUESTS_TIMEOUT_MS);
     // Writes still waiting to be forwarded, or still in flight to the leader, get 503.

@@ -4,7 +4,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
-import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
+import { connect } from 'node:net';
+import { exportLines, KEY_A, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { openStore, readClusterId, writeClusterId } from '../src/journal/store.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { postgresHarness, SHARED_POSTGRES_URL, SINK_HARNESSES, waitForHeld, withClient, type SinkTarget } from './helpers/sinks.ts';
@@ -225,6 +226,31 @@ describe('cluster mode', () => {
     }
     assert.equal(await stopped, 0);
     assert.equal((await b.status()).role, 'leader');
+  });
+
+  test('a follower that is stopping does not take the lease its stopping leader releases, and logs no error', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    await writeEveryKind(a, 's');
+    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+    // A request whose body never ends keeps b's graceful stop answering "in flight" (up to 3 s)
+    // while its leader stops and releases the lease: b must not take it, only to hand it over.
+    const held = connect(b.port, '127.0.0.1');
+    await new Promise((resolve) => held.once('connect', resolve));
+    held.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${KEY_A}\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n{"id"`);
+    held.on('error', () => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const bStopped = b.stop();
+    await until('b to begin its stop', async () => b.logs().some((line) => line.includes('stopping: no new requests')));
+    assert.equal(await a.stop(), 0);
+    await new Promise((resolve) => setTimeout(resolve, 1_000)); // five election rounds of b's
+    held.destroy();
+    assert.equal(await bStopped, 0);
+    assert.deepEqual(logged(b, 'took the leader lease; applying the journal to its end before accepting writes'), []);
+    const errors = [a, b].flatMap((node) => node.logs().filter((line) => line.startsWith('{') && (JSON.parse(line) as { level: number }).level >= 50));
+    assert.deepEqual(errors, []);
   });
 
   test('an Idempotency-Key retried across a failover gets the first answer (app launch: the same did and sid)', async () => {

@@ -232,6 +232,10 @@ export class ClusterNode {
   private leaseValidUntil = 0;
   private running = false;
   private electing = false;
+  /** The election round's renewal or takeover in flight, for stop() to wait for. */
+  private roundInFlight: Promise<void> = Promise.resolve();
+  /** The process is stopping: never take the lease from now on (see leave()). */
+  private leaving = false;
   private wakeTimer: NodeJS.Timeout | null = null;
   /** When this leader's last NOTIFY was sent (performance.now()), and the trailing one's timer. */
   private lastNotifyAtMs = -Infinity;
@@ -463,13 +467,17 @@ export class ClusterNode {
    * flight and drained the journal), so another node leads at once instead of after the lease.
    */
   async stop(): Promise<void> {
+    this.leave();
     // A rebuild in progress must finish before the caller takes its final snapshot.
     await this.steppingDown;
+    this.running = false;
+    if (this.electionTimer !== null) clearTimeout(this.electionTimer);
+    // A round in flight finishes on its connection before it is closed below (closed under it,
+    // the round failed as if PostgreSQL were unreachable); a takeover it completes is released.
+    await Promise.race([this.roundInFlight, sleep(RELEASE_TIMEOUT_MS)]);
     const wasLeader = this.roleNow === 'leader' || this.roleNow === 'candidate';
     const epoch = this.epochNow;
-    this.running = false;
     this.roleNow = 'stopped';
-    if (this.electionTimer !== null) clearTimeout(this.electionTimer);
     if (this.trimTimer !== null) clearInterval(this.trimTimer);
     if (this.positionsTimer !== null) clearTimeout(this.positionsTimer);
     if (this.notifyTimer !== null) clearTimeout(this.notifyTimer);
@@ -484,6 +492,16 @@ export class ClusterNode {
     // reads it; the next complete one removes it).
     await Promise.allSettled([this.uploading, this.trimming]);
     await Promise.all([this.commits.close(), this.leaseClient.close(), this.reader.close(), this.upkeep.close(), closeClient(this.listener)]);
+  }
+
+  /**
+   * The process has begun a graceful stop (it answers what is in flight, then calls stop()): a
+   * follower no longer takes the lease. Without this, a follower stopped together with its leader
+   * took over at the leader's release, only to hand over again a moment later: two leader
+   * changes for the clients instead of one. A leader goes on renewing until stop() hands over.
+   */
+  leave(): void {
+    this.leaving = true;
   }
 
   /** Gives the lease up, waiting at most RELEASE_TIMEOUT_MS (PostgreSQL may be unreachable). */
@@ -772,11 +790,20 @@ export class ClusterNode {
     this.electing = true;
     this.electAgain = false;
     try {
-      if (this.roleNow === 'leader' || this.roleNow === 'candidate') await this.renew();
-      else if (this.roleNow === 'follower') await this.tryTakeOver();
+      const round = this.roleNow === 'leader' || this.roleNow === 'candidate' ? this.renew() : this.roleNow === 'follower' ? this.tryTakeOver() : null;
+      if (round !== null) {
+        this.roundInFlight = round.then(
+          () => undefined,
+          () => undefined,
+        );
+        await round;
+      }
       if (this.electionErrorLogged) this.log.info('election: PostgreSQL answers again');
       this.electionErrorLogged = false;
     } catch (error) {
+      // A round cut short by this node's own stop (stop() closes the lease connection under it:
+      // a leader's release wakes every follower's round) is not PostgreSQL being unreachable.
+      if (!this.running) return;
       if (!this.electionErrorLogged) this.log.error({ err: error }, 'election: cannot reach the cluster\'s PostgreSQL');
       this.electionErrorLogged = true;
     } finally {
@@ -801,7 +828,7 @@ export class ClusterNode {
     this.epochNow = Math.max(this.epochNow, state.epoch);
     this.leaderName = state.live ? state.node : null;
     this.noteLeader(state);
-    if (state.live) return;
+    if (state.live || this.leaving) return;
     // A node whose journal still owes records before its snapshot must not lead (it would
     // deliver around them): it finishes the copy first (replicate()). It still reads the lease
     // above: while the copy runs (or is retried) it knows the leader, forwards writes to it and
