@@ -167,8 +167,11 @@ export async function waitForLeader(nodes: readonly LocalClusterNode[], timeoutM
 
 /** The last seq `node` has applied (GET /cluster). */
 export async function appliedSeq(node: LocalClusterNode): Promise<number> {
-  const status = await node.status(2_000);
-  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer`);
+  // Three tries: the first may go out on a keep-alive connection the node closed (uWS closes
+  // idle ones after 10 s) while this process sat in wrk's spawnSync and did not see it close.
+  let status: ClusterStatus | null = null;
+  for (let attempt = 0; attempt < 3 && status === null; attempt++) status = await node.status(2_000);
+  if (status === null) throw new Error(`${node.name}: GET /cluster did not answer (3 tries)`);
   return status.appliedSeq;
 }
 
