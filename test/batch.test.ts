@@ -284,6 +284,31 @@ describe('POST /batch', () => {
     assert.equal(exportLines(server.dataDir, 'products').some((p) => p.id === 'nested'), false);
   });
 
+  test('an escaped emoji in one item and bodies nested 63 and 70 levels in others: each item answered as alone, none sinks the batch', async () => {
+    // JSON.stringify writes an emoji as itself; Python's json.dumps (and JS for a lone
+    // surrogate) escapes it, which makes the server walk the body to make its strings well-formed.
+    const escaped = (value: unknown) => JSON.stringify(value).replace(/😀/g, '\\ud83d\\ude00').replace(/\uDC00/g, '\\udc00');
+    const nested = (levels: number): unknown => (levels === 0 ? 'x' : [nested(levels - 1)]);
+    const items: Item[] = [
+      { method: 'POST', path: '/product', body: { id: 'emoji', name: 'smile 😀 and a lone \uDC00' } },
+      { method: 'POST', path: '/product', body: { id: 'deep63', name: 'd', tags: nested(61) } },
+      { method: 'POST', path: '/product', body: { id: 'deep70', name: 'd', tags: nested(69) } },
+      product('after-deep'),
+    ];
+    const alone = [];
+    for (const item of items) {
+      const res = await server.request(item.path, undefined, { raw: escaped(item.body), headers: { 'content-type': 'application/json' } });
+      alone.push({ status: res.status, body: res.body });
+    }
+    assert.deepEqual(alone.map((a) => a.status), [200, 422, 400, 200]);
+    const res = await server.request<{ results: Result[] }>('/batch', undefined, { raw: escaped({ requests: items.map((item, i) => ({ ...item, body: { ...(item.body as object), id: `b-${(item.body as { id: string }).id}-${i}` } })) }), headers: { 'content-type': 'application/json' } });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(res.body.results.map((r) => ({ status: r.status, body: r.body })), alone);
+    const names = new Map(exportLines(server.dataDir, 'products').map((p) => [p.id, p.name]));
+    assert.equal(names.get('b-emoji-0'), 'smile 😀 and a lone \uFFFD', 'the batched item made well-formed as alone');
+    assert.equal(names.get('emoji'), 'smile 😀 and a lone \uFFFD');
+  });
+
   test('/openapi.json documents POST /batch with its envelope and results', async () => {
     const doc = (await server.request('/openapi.json', undefined, { key: null })).body;
     const operation = doc.paths['/batch'].post;

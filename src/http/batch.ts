@@ -249,6 +249,8 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
     limit: 'batch',
     hasParam: false,
     readsRawBody: true,
+    // {"requests": [{"body": ...}]}: an item's body starts at the envelope's fourth level.
+    nestedBodyDepth: 3,
     doc: {
       summary: 'Many writes in one request: each item is handled exactly as the same request alone, in order; one result per item',
       body: envelope.schema,

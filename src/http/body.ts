@@ -66,38 +66,50 @@ function wellFormedString(text: string): string {
   return s.isWellFormed() ? text : s.toWellFormed();
 }
 
-function wellFormed(value: unknown): unknown {
+/** `value` with its strings well-formed, down to `levels` levels (`value` is level 1); deeper parts as they are. */
+function wellFormed(value: unknown, levels: number): unknown {
   if (typeof value === 'string') return wellFormedString(value);
-  if (typeof value !== 'object' || value === null) return value;
+  if (typeof value !== 'object' || value === null || levels <= 0) return value;
   if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) value[i] = wellFormed(value[i]);
+    for (let i = 0; i < value.length; i++) value[i] = wellFormed(value[i], levels - 1);
     return value;
   }
   const object = value as Record<string, unknown>;
   const keys = Object.keys(object);
   if (keys.every((key) => wellFormedString(key) === key)) {
-    for (const key of keys) object[key] = wellFormed(object[key]);
+    for (const key of keys) object[key] = wellFormed(object[key], levels - 1);
     return object;
   }
   // A key to rename: a new object, the keys in their order (defined, so that a key named
   // "__proto__" stays a key).
   const renamed: Record<string, unknown> = {};
-  for (const key of keys) Object.defineProperty(renamed, wellFormedString(key), { value: wellFormed(object[key]), enumerable: true, writable: true, configurable: true });
+  for (const key of keys) Object.defineProperty(renamed, wellFormedString(key), { value: wellFormed(object[key], levels - 1), enumerable: true, writable: true, configurable: true });
   return renamed;
 }
 
-/** JSON.parse of a request body's text, every string well-formed (see SURROGATE_ESCAPE). */
-export function parseJson(text: string): unknown {
+/**
+ * JSON.parse of a request body's text, every string well-formed (see SURROGATE_ESCAPE).
+ * `nestedBodyDepth`: the level at which the body carries other bodies, each judged alone (a
+ * batch: 3, the envelope, its requests, an item; 0: none).
+ */
+export function parseJson(text: string, nestedBodyDepth = 0): unknown {
   const value: unknown = JSON.parse(text);
   if (!SURROGATE_ESCAPE.test(text)) return value;
   // wellFormed() recurses: a body nested 10,000 deep overflowed the stack, answered 400 "not
   // valid JSON" (a review). Refused as too deep, as the validators refuse it.
-  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
-  return wellFormed(value);
+  if (nestedBodyDepth === 0) {
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) throw new BodyTooDeepError();
+    return wellFormed(value, MAX_JSON_DEPTH);
+  }
+  // A batch is not refused whole for one item's depth (a review found a 63-level item, valid
+  // alone, sinking its whole batch with a 400 once any item held an escaped emoji): its items'
+  // bodies are made well-formed down to MAX_JSON_DEPTH, and an item deeper than that is left
+  // as it is, to be refused by its validator as it is alone (400, too deep).
+  return wellFormed(value, nestedBodyDepth + MAX_JSON_DEPTH);
 }
 
-/** Parses a body that must be a JSON object. */
-export function parseJsonObject(raw: Buffer): DecodeResult {
+/** Parses a body that must be a JSON object (`nestedBodyDepth`: see parseJson). */
+export function parseJsonObject(raw: Buffer, nestedBodyDepth = 0): DecodeResult {
   if (raw.length === 0) return { ok: false, error: 'malformed', message: 'request body is empty' };
   let parsed: unknown;
   let text: string;
@@ -108,7 +120,7 @@ export function parseJsonObject(raw: Buffer): DecodeResult {
     return { ok: false, error: 'tooLarge', message: 'request body is larger than this server can parse' };
   }
   try {
-    parsed = parseJson(text);
+    parsed = parseJson(text, nestedBodyDepth);
   } catch (error) {
     return { ok: false, error: 'malformed', message: error instanceof BodyTooDeepError ? error.message : 'request body is not valid JSON' };
   }

@@ -79,6 +79,8 @@ export interface WriteRoute {
   handleRaw?(request: WriteRequest, bytes: Buffer): void;
   /** apply() reads `rawBody` too (POST /batch: its items' sizes and fingerprints, and its own fingerprint). */
   readonly readsRawBody?: boolean;
+  /** The level at which the body carries other bodies, each judged alone (POST /batch: 3; see parseJson). */
+  readonly nestedBodyDepth?: number;
 }
 
 export interface RequestEnvironment {
@@ -215,7 +217,7 @@ export class PendingRequest extends WriteCall {
     // The fingerprint is of the decoded body: a retry sent gzip'd or not is the same request. A
     // route that reads the raw body (a batch) takes its own, where it is applied.
     if (this.route.readsRawBody !== true) this.idempotency?.fingerprint(bodyFingerprint(inflated.raw));
-    const parsed = parseJsonObject(inflated.raw);
+    const parsed = parseJsonObject(inflated.raw, this.route.nestedBodyDepth);
     if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
     this.rawBody = inflated.raw;
     try {

@@ -40,14 +40,14 @@ export class CommandExecutor implements CommandSink {
     try {
       switch (command.kind) {
         case 'json':
-          return route.apply(request, parseJson(command.text) as Record<string, unknown>);
+          return route.apply(request, parseJson(command.text, route.nestedBodyDepth) as Record<string, unknown>);
         case 'none':
           return route.apply(request, null);
         case 'bytes': {
           const raw = Buffer.from(command.bytes!.buffer, command.bytes!.byteOffset, command.bytes!.byteLength);
           request.rawBody = raw;
           try {
-            return route.apply(request, parseJson(raw.toString('utf8')) as Record<string, unknown>);
+            return route.apply(request, parseJson(raw.toString('utf8'), route.nestedBodyDepth) as Record<string, unknown>);
           } finally {
             request.rawBody = null;
           }
