@@ -204,6 +204,23 @@ describe('npm run import', () => {
     assert.match(run.stderr, /; interrupted: run the same command again to send the rest/);
   });
 
+  test('one Ctrl-C delivered twice within milliseconds (the terminal and npm both send it): the lines already sent are finished and summed up, exit status 130', async () => {
+    const file = writeNdjson('ctrl-c.ndjson', Array.from({ length: 4_000 }, (_, i) => JSON.stringify({ id: `ctrlc-${i}`, name: `P ${i}` })));
+    let signal: (signal?: NodeJS.Signals) => void = () => {};
+    const proxy = await startFaultProxy(server.url, (request) => {
+      if (request.n === 1) {
+        signal('SIGINT');
+        setTimeout(() => signal('SIGINT'), 5);
+      }
+      return { kind: 'delay', ms: 200 };
+    });
+    proxies.push(proxy);
+    const run = await runImport(['products', file], proxy.url, (s) => (signal = s));
+    assert.equal(run.code, 130, run.stderr);
+    assert.match(run.stderr, /interrupted: finishing the/);
+    assert.match(run.stderr, /2,000 of 4,000 line\(s\) done .*: 2,000 ok, 0 failed; interrupted: run the same command again to send the rest/);
+  });
+
   test('usage errors exit 2 and say why', async () => {
     const run = await runImport(['things', 'x.ndjson'], server.url);
     assert.equal(run.code, 2);

@@ -53,6 +53,13 @@ export class Progress {
     } else this.out.write(`${this.line()}\n`);
   }
 
+  /** Prints `text` on its own line; the progress line goes on below it. */
+  note(text: string): void {
+    if (this.drawn) this.out.write('\r\x1b[K');
+    this.out.write(`${text}\n`);
+    this.drawn = false;
+  }
+
   /** Stops redrawing and prints `text` on its own line. */
   finish(text: string): void {
     clearInterval(this.timer);

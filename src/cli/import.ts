@@ -35,6 +35,8 @@ const BATCH_ITEMS = 1_000;
 const MAX_LINES_IN_FLIGHT = 2 * BATCH_ITEMS;
 const MAX_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 const DEFAULT_RETRY_SECONDS = 120;
+/** A signal this long after the first quits at once; sooner, it is the same Ctrl-C delivered twice (see onSignal). */
+const SIGNAL_REPEAT_MS = 500;
 /** The client's own bound on a deadline is far above any sensible wait: a day. */
 const MAX_RETRY_SECONDS = 86_400;
 
@@ -187,11 +189,20 @@ async function run(args: Args): Promise<number> {
   let stopped: string | null = null;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
 
+  let interruptedAtMs = 0;
   const onSignal = (signal: NodeJS.Signals): void => {
-    if (interrupted) process.exit(signalStatus);
+    const nowMs = performance.now();
+    if (interrupted) {
+      // One Ctrl-C under `npm run import` arrives twice within milliseconds: from the terminal
+      // (to the whole process group) and from npm, which passes its own on. Only a second
+      // press, later, means "quit now" (a review: the first one quit at once, no summary).
+      if (nowMs - interruptedAtMs >= SIGNAL_REPEAT_MS) process.exit(signalStatus);
+      return;
+    }
     interrupted = true;
+    interruptedAtMs = nowMs;
     signalStatus = signal === 'SIGTERM' ? 143 : 130;
-    progress.finish(`interrupted: finishing the ${inFlight} line(s) already sent (Ctrl-C again to quit now; a re-run is safe either way)`);
+    progress.note(`interrupted: finishing the ${inFlight} line(s) already sent (Ctrl-C again to quit now; a re-run is safe either way)`);
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
