@@ -305,6 +305,24 @@ describe('intake/client', () => {
     await c.close();
   });
 
+  test('an idempotencyKey the server would not take (empty: "no key" to it; a space; 256 characters) rejects the write, and nothing is sent', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url);
+    for (const key of ['', 'has space', 'k'.repeat(256), 'é']) await assert.rejects(c.upsertProduct({ id: 'bad-key', name: 'n' }, { idempotencyKey: key }), TypeError, JSON.stringify(key));
+    assert.deepEqual(await c.upsertProduct({ id: 'good-key', name: 'n' }, { idempotencyKey: 'k'.repeat(255) }), { success: true });
+    await c.close();
+    assert.equal(proxy.seen.length, 1, 'only the write with a valid key was sent');
+  });
+
+  test('Retry-After: 0 (or a date already past) does not take the backoff away: the computed wait applies, growing per attempt', async () => {
+    const { retryDelayMs } = await import('../src/client/retry-policy.ts');
+    const settings = { retryBaseDelayMs: 100, retryMaxDelayMs: 10_000, retryAfterMaxMs: 30_000 };
+    assert.equal(retryDelayMs(1, 0, settings, () => 1), 100);
+    assert.equal(retryDelayMs(4, 0, settings, () => 1), 800);
+    assert.equal(retryDelayMs(4, 2_000, settings, () => 1), 2_000, 'a Retry-After above 0 wins');
+    assert.equal(retryDelayMs(4, 60_000, settings, () => 1), 30_000, 'up to retryAfterMaxMs');
+  });
+
   test('Retry-After: delta-seconds or one of the three HTTP-date forms; anything else is ignored (the backoff applies)', async () => {
     const { parseRetryAfterMs } = await import('../src/client/retry-policy.ts');
     const now = Date.parse('Sun, 06 Nov 1994 08:49:30 GMT');

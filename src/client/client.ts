@@ -1,6 +1,7 @@
 // createClient: one typed method per endpoint of the spec. Every write goes into the queue and
 // leaves in a POST /batch; its promise settles with that write's own answer.
 import { randomUUID } from 'node:crypto';
+import { validIdempotencyKey } from '../http/printable.ts';
 import { resolveOptions, type ClientOptions } from './options.ts';
 import type {
   AppLaunch,
@@ -55,9 +56,14 @@ const segment = (id: string) => encodeURIComponent(id);
 export function createClient(clientOptions: ClientOptions): IntakeClient {
   const options = resolveOptions(clientOptions);
   const queue = new WriteQueue(options);
-  const write = <T>(method: WriteMethod, path: string, body: unknown, writeOptions: WriteOptions | undefined): Promise<T> =>
+  const write = <T>(method: WriteMethod, path: string, body: unknown, writeOptions: WriteOptions | undefined): Promise<T> => {
+    const key = writeOptions?.idempotencyKey;
+    // A key the server would not take is refused here: an empty one means "no key" to the server
+    // (CONTRACT.md §10), so a retry after a lost answer would apply the write twice (a review).
+    if (key !== undefined && !validIdempotencyKey(key)) return Promise.reject(new TypeError(`idempotencyKey must be 1 to 255 printable ASCII characters without spaces (0x21-0x7E), got ${JSON.stringify(key.slice(0, 300))}`));
     // The key is made here, once: every retry of this write, in any batch, carries the same one.
-    queue.enqueue<T>(method, path, body, writeOptions?.idempotencyKey ?? randomUUID());
+    return queue.enqueue<T>(method, path, body, key ?? randomUUID());
+  };
 
   return {
     appLaunch: (body, o) => write<LaunchAnswer>('POST', '/mcrs_appl_v1', body, o),

@@ -13,7 +13,9 @@ export interface ClientOptions {
   flushIntervalMs?: number;
   /**
    * Batches in flight at once (default 1). With 1, writes are applied in the order they were
-   * called, across batches and retries; more is faster but batches may then overtake each other.
+   * called, across batches and retries, with one exception: a write answered 5xx inside a batch
+   * whose later items were applied (a failed item does not stop the rest, CONTRACT.md §13) is
+   * retried after them. More is faster, but batches may then overtake each other.
    */
   maxConcurrentBatches?: number;
   /** Writes held (queued or in flight, not yet settled) before new ones are refused with QueueFullError (default 10,000). */

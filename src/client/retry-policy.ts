@@ -36,10 +36,12 @@ export interface BackoffSettings {
  * The wait before retry number `attempt` (1 for the first retry). Full jitter (a random wait up
  * to the exponential bound) so that many clients failing together do not come back together.
  * A server's Retry-After wins over the computed wait, up to `retryAfterMaxMs`: the server knows
- * when it can take more (a rate limit's refill, a busy queue).
+ * when it can take more (a rate limit's refill, a busy queue). Not a Retry-After of 0 (or a date
+ * already past): the computed wait then, or a proxy answering 503 with `Retry-After: 0` would
+ * get retries without pause until the deadline (a review).
  */
 export function retryDelayMs(attempt: number, retryAfterMs: number | null, s: BackoffSettings, random: () => number = Math.random): number {
-  if (retryAfterMs !== null) return Math.min(retryAfterMs, s.retryAfterMaxMs);
+  if (retryAfterMs !== null && retryAfterMs > 0) return Math.min(retryAfterMs, s.retryAfterMaxMs);
   const bound = Math.min(s.retryMaxDelayMs, s.retryBaseDelayMs * 2 ** Math.min(attempt - 1, 30));
   return Math.round(bound * random());
 }

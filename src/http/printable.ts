@@ -10,3 +10,8 @@ export function printableAscii(value: string, maxLength: number, lowest: 0x20 | 
   }
   return true;
 }
+
+/** An Idempotency-Key (§10): 1 to 255 printable ASCII characters (0x21 to 0x7E). The client checks its callers' keys with it too. */
+export function validIdempotencyKey(key: string): boolean {
+  return printableAscii(key, 255, 0x21);
+}

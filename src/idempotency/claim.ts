@@ -11,12 +11,7 @@ import { hash } from 'node:crypto';
 import { printableAscii } from '../http/printable.ts';
 import { RECORD_BYTES, type KeyHash } from './key-table.ts';
 
-const MAX_KEY_LENGTH = 255;
-
-/** 1 to 255 printable ASCII characters (0x21 to 0x7E). */
-export function validIdempotencyKey(key: string): boolean {
-  return printableAscii(key, MAX_KEY_LENGTH, 0x21);
-}
+export { validIdempotencyKey } from '../http/printable.ts';
 
 const EMPTY_BODY = new Uint8Array(0);
 
