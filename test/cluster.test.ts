@@ -228,6 +228,34 @@ describe('cluster mode', () => {
     assert.equal((await b.status()).role, 'leader');
   });
 
+  test('a leader whose lease renewal hangs (its PostgreSQL backend frozen) stops being leader when the lease runs out, not when the query times out', async () => {
+    const own = await startOwnPostgres();
+    let frozen: number | null = null;
+    try {
+      const c = cluster({}, own.url);
+      const a = await c.add();
+      await c.leader();
+      await writeEveryKind(a, 'hang');
+      const { rows } = await withClient(own.url, (client) => client.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE application_name = 'intake-lease'`));
+      assert.equal(rows.length, 1, 'one node, one lease connection');
+      frozen = rows[0]!.pid;
+      process.kill(frozen, 'SIGSTOP');
+      const stoppedAt = performance.now();
+      // CLUSTER_LEASE_MS is 1000 here; the lease connection's query timeout is 10 s.
+      await until('a to stop being leader', async () => (await a.status()).role !== 'leader', 5_000);
+      const tookMs = performance.now() - stoppedAt;
+      assert.ok(tookMs < 1000 + 600, `stopped leading ${Math.round(tookMs)} ms after its renewals hung (lease 1000 ms)`);
+      assert.equal((await a.post('/product', { id: 'while-hung', name: 'H' })).status, 503);
+      process.kill(frozen, 'SIGCONT');
+      frozen = null;
+      assert.equal(await c.leader(15_000), a, 'it leads again once PostgreSQL answers');
+      assert.equal((await a.post('/product', { id: 'after-hang', name: 'H' })).status, 200);
+    } finally {
+      if (frozen !== null) process.kill(frozen, 'SIGCONT');
+      await own.stop();
+    }
+  });
+
   test('a follower that is stopping does not take the lease its stopping leader releases, and logs no error', async () => {
     const c = cluster();
     const a = await c.add();

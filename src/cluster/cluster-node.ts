@@ -236,6 +236,8 @@ export class ClusterNode {
   private roundInFlight: Promise<void> = Promise.resolve();
   /** The process is stopping: never take the lease from now on (see leave()). */
   private leaving = false;
+  /** Fires when the lease runs out unless renewed meanwhile (armLeaseExpiry()). */
+  private leaseTimer: NodeJS.Timeout | null = null;
   private wakeTimer: NodeJS.Timeout | null = null;
   /** When this leader's last NOTIFY was sent (performance.now()), and the trailing one's timer. */
   private lastNotifyAtMs = -Infinity;
@@ -472,6 +474,7 @@ export class ClusterNode {
     await this.steppingDown;
     this.running = false;
     if (this.electionTimer !== null) clearTimeout(this.electionTimer);
+    if (this.leaseTimer !== null) clearTimeout(this.leaseTimer);
     // A round in flight finishes on its connection before it is closed below (closed under it,
     // the round failed as if PostgreSQL were unreachable); a takeover it completes is released.
     await Promise.race([this.roundInFlight, sleep(RELEASE_TIMEOUT_MS)]);
@@ -842,6 +845,7 @@ export class ClusterNode {
     this.ownSecret = secret;
     this.leaderTarget = null;
     this.leaseValidUntil = sentAt + this.settings.leaseMs;
+    this.armLeaseExpiry();
     this.epochNow = taken.epoch;
     this.leaderName = this.name;
     this.promoteAt = taken.lastSeq;
@@ -867,8 +871,10 @@ export class ClusterNode {
     const epoch = this.epochNow;
     try {
       const held = await this.leaseClient.use((client) => this.lease.renew(client, this.name, epoch));
-      if (held) this.leaseValidUntil = sentAt + this.settings.leaseMs;
-      else await this.stepDown('the lease was taken over', new NotLeadingError('another node took over as the cluster\'s leader'));
+      if (held) {
+        this.leaseValidUntil = sentAt + this.settings.leaseMs;
+        this.armLeaseExpiry();
+      } else await this.stepDown('the lease was taken over', new NotLeadingError('another node took over as the cluster\'s leader'));
     } catch (error) {
       this.metrics.renewalFailed();
       throw error;
@@ -972,6 +978,28 @@ export class ClusterNode {
       void this.commits.use((client) => this.journal.notify(client, this.knownHeadSeq).catch(() => undefined)).catch(() => undefined);
     }, delayMs);
     this.notifyTimer.unref();
+  }
+
+  /**
+   * Steps down the moment the lease runs out unrenewed, whatever the renewal in flight is doing.
+   * Checked only after a round, a renewal stuck on its connection (up to QUERY_TIMEOUT_MS, twice
+   * the default lease: a PostgreSQL backend frozen, a network that drops packets) kept this node
+   * "leader" in /cluster and its metrics, and delivering, for seconds after another node had
+   * taken over (a review). Writes were refused all along (leading() checks the lease).
+   */
+  private armLeaseExpiry(): void {
+    if (this.leaseTimer !== null) clearTimeout(this.leaseTimer);
+    this.leaseTimer = setTimeout(
+      () => {
+        this.leaseTimer = null;
+        const leading = this.roleNow === 'leader' || this.roleNow === 'candidate';
+        if (leading && this.running && performance.now() >= this.leaseValidUntil) {
+          void this.stepDown('the lease could not be renewed in time', new NotLeadingError('this node lost contact with the cluster\'s PostgreSQL and stopped leading'));
+        }
+      },
+      Math.max(0, this.leaseValidUntil - performance.now()) + 1,
+    );
+    this.leaseTimer.unref();
   }
 
   private stepDown(reason: string, error: Error): Promise<void> {
