@@ -308,14 +308,14 @@ describe('cluster mode', () => {
     const a = await c.add();
     await c.leader();
     const b = await c.add();
-    const answeredByA: Array<{ id: string; status: number }> = [];
+    const answeredByA: Array<{ id: string; status: number; retryAfter: string | null }> = [];
     let stop = false;
     const hammer = async (w: number): Promise<void> => {
       for (let i = 0; !stop; i++) {
         const id = `a${w}-${i}`;
         try {
           const res = await a.request('/product', { id, name: 'N' }, { timeoutMs: 10_000 });
-          answeredByA.push({ id, status: res.status });
+          answeredByA.push({ id, status: res.status, retryAfter: res.headers.get('retry-after') });
           if (res.status !== 200) await new Promise((resolve) => setTimeout(resolve, 20));
         } catch {
           await new Promise((resolve) => setTimeout(resolve, 20));
@@ -338,6 +338,8 @@ describe('cluster mode', () => {
     assert.ok(acknowledged.length > 0);
     for (const id of acknowledged) assert.ok(journal.has(id), `${id} was answered 200 by the frozen leader, so it is in the cluster's journal`);
     assert.ok(answeredByA.some((r) => r.status === 503), 'after the takeover the former leader answers 503');
+    // Its failed commits' writes too (a review found those without it): a client or haproxy retries after a second.
+    assert.deepEqual(answeredByA.filter((r) => r.status === 503 && r.retryAfter !== '1'), [], 'every 503 says Retry-After: 1');
     const total = (await b.status()).appliedSeq;
     await until('the former leader to converge', async () => (await a.status()).appliedSeq === total);
     for (const what of WHATS) assert.deepEqual(exportLines(a.dataDir, what), exportLines(b.dataDir, what), `${what}: converged`);
@@ -368,6 +370,9 @@ describe('cluster mode', () => {
       await own.stop();
       const during = await a.post('/product', { id: 'during', name: 'D' });
       assert.equal(during.status, 503, during.text);
+      // The first write after the loss fails its commit (a RemoteCommitError, where a review found
+      // no Retry-After), the next ones are refused as not leading: every one says when to retry.
+      assert.equal(during.headers.get('retry-after'), '1', during.text);
       await until('/readyz 503 on every node', async () => {
         for (const node of c.nodes) if ((await node.request('/readyz', undefined, { key: null })).status !== 503) return false;
         return true;

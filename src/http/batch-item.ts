@@ -7,7 +7,7 @@
 // when it is *final* (its answer known: for a 200, once its record is durable).
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
 import type { Workspace } from '../actors/workspace.ts';
-import { NotLeadingError } from '../journal/journal.ts';
+import { NotLeadingError, REMOTE_COMMIT_FAILED, RemoteCommitError } from '../journal/journal.ts';
 import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Encoding } from './body.ts';
@@ -117,6 +117,7 @@ export class BatchItem implements WriteRequest {
   failed(error: Error): void {
     // Cluster mode: this node stopped leading while the item waited (CONTRACT.md §12).
     if (error instanceof NotLeadingError) return this.error(ERRORS.serviceUnavailable, error.message);
+    if (error instanceof RemoteCommitError) return this.error(ERRORS.serviceUnavailable, REMOTE_COMMIT_FAILED);
     this.owner.log.error({ err: error, route: this.routeName, reqId: this.owner.requestId, item: this.index }, 'journal commit failed; answering the batch item 503');
     this.error(ERRORS.serviceUnavailable);
   }

@@ -5,7 +5,7 @@
 // back to the edge that holds the socket).
 import type { Workspace } from '../actors/workspace.ts';
 import type { IdempotencyClaim } from '../idempotency/claim.ts';
-import { NotLeadingError } from '../journal/journal.ts';
+import { NotLeadingError, REMOTE_COMMIT_FAILED, RemoteCommitError } from '../journal/journal.ts';
 import { MAX_DETAILS, validationBody, type ValidationDetail } from '../schemas/details.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Encoding } from './body.ts';
@@ -130,6 +130,8 @@ export abstract class WriteCall implements WriteRequest {
   failed(error: Error): void {
     // Cluster mode: this node stopped leading while the write waited (CONTRACT.md §12).
     if (error instanceof NotLeadingError) return this.refused({ message: error.message, retryAfterSeconds: 1 });
+    // Logged once by the journal's owner (main.ts), not once per write of the batch.
+    if (error instanceof RemoteCommitError) return this.refused({ message: REMOTE_COMMIT_FAILED, retryAfterSeconds: 1 });
     this.log.error({ err: error, route: this.route.name, reqId: this.requestId }, 'journal commit failed; answering 503');
     this.answerError(ERRORS.serviceUnavailable);
   }

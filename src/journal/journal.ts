@@ -67,6 +67,13 @@ export class RemoteCommitError extends Error {
   }
 }
 
+/**
+ * What a write whose cluster commit failed is told (503, Retry-After: 1): the node logs the
+ * failure once and stops leading; a fenced commit was not applied, a lost connection may have
+ * committed, so the client cannot know which.
+ */
+export const REMOTE_COMMIT_FAILED = 'the commit to the cluster\'s PostgreSQL failed and this node stopped leading: the write may or may not have been applied; send it again (with its Idempotency-Key) to the cluster\'s leader';
+
 /** A batch of an earlier leadership term, settling after the journal moved on: ignored. */
 class Superseded extends Error {}
 
