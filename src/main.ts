@@ -58,6 +58,13 @@ import { MappingPool } from './workers/mapping-pool.ts';
 const KEYS_POLL_MS = 500;
 /** Graceful stop must end within 10 s: requests get up to 3 s, the final snapshot what is left. */
 const STOP_REQUESTS_TIMEOUT_MS = 3_000;
+/**
+ * A cluster leader waits this long for its requests before it hands the lease over, so that
+ * another node leads within 2 s of the signal (CONTRACT.md §12) even with a request in flight
+ * that will not end soon (a body trickling in, a big mapping); what ends later gets 503 and
+ * Retry-After, and goes to the new leader (haproxy retries it).
+ */
+const HANDOVER_REQUESTS_MS = 700;
 /** ...and then this long for the 503s of the forwards a stop cut short to reach their clients. */
 const STOP_FORWARD_ANSWERS_MS = 1_000;
 const STOP_SNAPSHOT_DEADLINE_MS = 8_500;
@@ -411,7 +418,17 @@ async function main(): Promise<void> {
     // stopping too: one leader change for the clients, not two).
     node?.leave();
     schedule.stop();
-    await server.settled(STOP_REQUESTS_TIMEOUT_MS);
+    if (node !== null && (node.role === 'leader' || node.role === 'candidate')) {
+      // Hand over first (HANDOVER_REQUESTS_MS): commit what was accepted, then give the lease up.
+      await server.settled(HANDOVER_REQUESTS_MS);
+      await journal.drain();
+      await journal.markDurable();
+      // Writes that end from now on are refused (503, Retry-After) instead of committed: their
+      // commit would be fenced once another node leads, and fail this node's journal.
+      journal.follow(new NotLeadingError('this node is stopping and has handed the lead over: send the write to the cluster\'s leader'));
+      await node.stop();
+    }
+    await server.settled(Math.max(0, STOP_REQUESTS_TIMEOUT_MS - (Date.now() - startedAt)));
     // Writes still waiting to be forwarded, or still in flight to the leader, get 503.
     await leaderLink?.stop();
     await server.settled(STOP_FORWARD_ANSWERS_MS);

@@ -228,6 +228,41 @@ describe('cluster mode', () => {
     assert.equal((await b.status()).role, 'leader');
   });
 
+  test('graceful stop of the leader with a request in flight that will not end soon (a body trickling in): another node still accepts writes within 2 s', async () => {
+    const c = cluster({ CLUSTER_LEASE_MS: '5000' });
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    await writeEveryKind(a, 'slow');
+    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+    const held = connect(a.port, '127.0.0.1');
+    await new Promise((resolve) => held.once('connect', resolve));
+    let answer = '';
+    held.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk));
+    held.on('error', () => undefined);
+    const body = JSON.stringify({ id: 'slow-one', name: 'S' });
+    held.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${KEY_A}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const signalledAt = performance.now();
+    const stopped = a.stop();
+    for (let i = 0; ; i++) {
+      const res = await b.request('/product', { id: `after-slow-${i}`, name: 'A' }, { timeoutMs: 3_000 });
+      if (res.status === 200) break;
+      assert.equal(res.status, 503, res.text);
+      assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
+    // The slow request ends after the handover: 503 with Retry-After (never a 200 the journal lacks).
+    held.write(body.slice(5));
+    await until('its answer', async () => answer.includes('\r\n\r\n'), 5_000);
+    assert.match(answer, /^HTTP\/1\.1 503 /, answer);
+    assert.match(answer, /retry-after: 1/i, answer);
+    held.destroy();
+    assert.equal(await stopped, 0, a.logs().filter((line) => !line.includes('"level":30')).join('\n'));
+    assert.equal((await b.status()).role, 'leader');
+  });
+
   test('a leader whose lease renewal hangs (its PostgreSQL backend frozen) stops being leader when the lease runs out, not when the query times out', async () => {
     const own = await startOwnPostgres();
     let frozen: number | null = null;

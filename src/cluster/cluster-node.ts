@@ -236,6 +236,7 @@ export class ClusterNode {
   private roundInFlight: Promise<void> = Promise.resolve();
   /** The process is stopping: never take the lease from now on (see leave()). */
   private leaving = false;
+  private stopping: Promise<void> | null = null;
   /** Fires when the lease runs out unless renewed meanwhile (armLeaseExpiry()). */
   private leaseTimer: NodeJS.Timeout | null = null;
   private wakeTimer: NodeJS.Timeout | null = null;
@@ -468,7 +469,13 @@ export class ClusterNode {
    * Graceful stop. A leader gives its lease up (after the caller has answered what was in
    * flight and drained the journal), so another node leads at once instead of after the lease.
    */
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
+    // Once: a leader's stop hands over early (main.ts), and the process's stop calls it again.
+    this.stopping ??= this.stopNow();
+    return this.stopping;
+  }
+
+  private async stopNow(): Promise<void> {
     this.leave();
     // A rebuild in progress must finish before the caller takes its final snapshot.
     await this.steppingDown;
