@@ -67,7 +67,7 @@ export class LocalClusterNode {
     this.expectingExit = false;
     const child = spawn(process.execPath, [...nodeArgs, ...serverCommand()], {
       cwd: ROOT,
-      env: { ...process.env, LOG_LEVEL: 'info', ...this.options.env, ...extraEnv, NODE_NAME: this.name, HOST: '127.0.0.1', PORT: String(this.port), DATA_DIR: this.dataDir },
+      env: { LOG_LEVEL: 'info', ...process.env, ...this.options.env, ...extraEnv, NODE_NAME: this.name, HOST: '127.0.0.1', PORT: String(this.port), DATA_DIR: this.dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: this.options.detached ?? false,
     });
