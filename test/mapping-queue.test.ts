@@ -25,7 +25,9 @@ const repeated = (id: string, n: number): Buffer => gzipSync(JSON.stringify({ pr
  * main thread: sent to SLOW_PATH, a collection that does not exist, it ends in a 422 once the
  * worker is done. BIG_LIMITS gives the worker the heap such a body needs.
  */
-const slowBody = (): Buffer => gzipSync(JSON.stringify({ products: Array.from({ length: 2_000_000 }, (_, i) => `an-id-that-takes-a-while-${i}`) }));
+let slowBodyBytes: Buffer | null = null;
+/** Made once per file: 2,000,000 ids stringified and gzip'd cost the test process seconds of CPU each time. */
+const slowBody = (): Buffer => (slowBodyBytes ??= gzipSync(JSON.stringify({ products: Array.from({ length: 2_000_000 }, (_, i) => `an-id-that-takes-a-while-${i}`) })));
 const SLOW_PATH = '/collection/no-such-collection/products/remove';
 
 function postGzip(server: TestServer, path: string, body: Buffer, headers: Record<string, string> = {}): Promise<Response<any>> {
@@ -96,7 +98,10 @@ describe('the mapping workers\' queue', () => {
       for (let i = 0; i < burst; i++) assert.equal((await server.post('/product', { id: `b${i}`, name: `B${i}` })).status, 200);
       // The one worker is busy for seconds (1,200,000 distinct ids)...
       const slow = postGzip(server, SLOW_PATH, slowBody());
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      // Time for its body to arrive and take the catalog's line (the worker then takes seconds
+      // over it). 150 ms was too short on a loaded machine (CI, 2026-11-28: a small mapping went
+      // first, and three were taken where two may wait).
+      await new Promise((resolve) => setTimeout(resolve, 600));
       // ...when ten small mappings arrive, each adding its own product, with an Idempotency-Key:
       // two may wait, eight are refused, and a refusal must leave nothing behind, not even the key.
       const bodies = Array.from({ length: burst }, (_, i) => repeated(`b${i}`, 10));
@@ -176,7 +181,10 @@ describe('the mapping workers\' queue', () => {
       assert.equal((await postGzip(server, '/collection/q/products/remove', repeated('b0', 10))).status, 200);
       await until('both mapping workers to load', async () => (await metric(server, 'intake_mapping_workers')) === 2);
       const slow = postGzip(server, SLOW_PATH, slowBody());
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      // Time for its body to arrive and take the catalog's line (the worker then takes seconds
+      // over it). 150 ms was too short on a loaded machine (CI, 2026-11-28: a small mapping went
+      // first, and three were taken where two may wait).
+      await new Promise((resolve) => setTimeout(resolve, 600));
       const answers: Array<Promise<Response<any>>> = [];
       let waitingSeen = 0;
       for (let i = 0; i < 8; i++) {
