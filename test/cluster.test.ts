@@ -37,6 +37,43 @@ async function writeProducts(node: TestServer, tag: string, n: number): Promise<
   }
 }
 
+/** A leader `a` and a follower `b` that has applied everything `a` wrote (every kind, tagged `tag`). */
+async function leaderAndFollower(c: TestCluster, tag: string): Promise<{ a: TestNode; b: TestNode }> {
+  const a = await c.add();
+  await c.leader();
+  const b = await c.add();
+  await writeEveryKind(a, tag);
+  await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+  return { a, b };
+}
+
+/**
+ * A POST /product to `node` whose head and first 5 bytes of body are sent now: the request is in
+ * flight until finish() sends the rest. answer() is what came back so far.
+ */
+async function heldRequest(node: TestServer, id: string): Promise<{ finish(): void; answer(): string; destroy(): void }> {
+  const body = JSON.stringify({ id, name: 'S' });
+  const socket = connect(node.port, '127.0.0.1');
+  await new Promise((resolve) => socket.once('connect', resolve));
+  let answer = '';
+  socket.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk));
+  socket.on('error', () => undefined);
+  socket.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${KEY_A}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  return { finish: () => socket.write(body.slice(5)), answer: () => answer, destroy: () => socket.destroy() };
+}
+
+/** Writes to `node` until one is answered 200; each answer before it must be 503, and all within 2 s of `signalledAt`. */
+async function acceptsWritesWithin2s(node: TestNode, signalledAt: number, tag: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    const res = await node.request('/product', { id: `${tag}-${i}`, name: 'A' }, { timeoutMs: 3_000 });
+    assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
+    if (res.status === 200) return;
+    assert.equal(res.status, 503, res.text);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 /** The log lines of `node` whose msg is `msg`. */
 function logged(node: TestServer, msg: string): Array<Record<string, unknown>> {
   return node.logs().flatMap((line) => {
@@ -206,58 +243,25 @@ describe('cluster mode', () => {
   });
 
   test('graceful stop (SIGTERM) of the leader: another node accepts writes within 2 s', async () => {
-    const c = cluster({ CLUSTER_LEASE_MS: '5000' });
-    const a = await c.add();
-    await c.leader();
-    const b = await c.add();
-    await writeEveryKind(a, 'h');
-    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+    const { a, b } = await leaderAndFollower(cluster({ CLUSTER_LEASE_MS: '5000' }), 'h');
     const signalledAt = performance.now();
     const stopped = a.stop();
-    let answeredAt = 0;
-    for (let i = 0; answeredAt === 0; i++) {
-      const res = await b.post('/product', { id: `after-${i}`, name: 'A' });
-      if (res.status === 200) answeredAt = performance.now();
-      else {
-        assert.equal(res.status, 503);
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
-    }
+    await acceptsWritesWithin2s(b, signalledAt, 'after');
     assert.equal(await stopped, 0);
     assert.equal((await b.status()).role, 'leader');
   });
 
   test('graceful stop of the leader with a request in flight that will not end soon (a body trickling in): another node still accepts writes within 2 s', async () => {
-    const c = cluster({ CLUSTER_LEASE_MS: '5000' });
-    const a = await c.add();
-    await c.leader();
-    const b = await c.add();
-    await writeEveryKind(a, 'slow');
-    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
-    const held = connect(a.port, '127.0.0.1');
-    await new Promise((resolve) => held.once('connect', resolve));
-    let answer = '';
-    held.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk));
-    held.on('error', () => undefined);
-    const body = JSON.stringify({ id: 'slow-one', name: 'S' });
-    held.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${KEY_A}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const { a, b } = await leaderAndFollower(cluster({ CLUSTER_LEASE_MS: '5000' }), 'slow');
+    const held = await heldRequest(a, 'slow-one');
     const signalledAt = performance.now();
     const stopped = a.stop();
-    for (let i = 0; ; i++) {
-      const res = await b.request('/product', { id: `after-slow-${i}`, name: 'A' }, { timeoutMs: 3_000 });
-      if (res.status === 200) break;
-      assert.equal(res.status, 503, res.text);
-      assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    assert.ok(performance.now() - signalledAt < 2000, 'another node accepts writes within 2 s of the signal');
+    await acceptsWritesWithin2s(b, signalledAt, 'after-slow');
     // The slow request ends after the handover: 503 with Retry-After (never a 200 the journal lacks).
-    held.write(body.slice(5));
-    await until('its answer', async () => answer.includes('\r\n\r\n'), 5_000);
-    assert.match(answer, /^HTTP\/1\.1 503 /, answer);
-    assert.match(answer, /retry-after: 1/i, answer);
+    held.finish();
+    await until('its answer', async () => held.answer().includes('\r\n\r\n'), 5_000);
+    assert.match(held.answer(), /^HTTP\/1\.1 503 /, held.answer());
+    assert.match(held.answer(), /retry-after: 1/i, held.answer());
     held.destroy();
     assert.equal(await stopped, 0, a.logs().filter((line) => !line.includes('"level":30')).join('\n'));
     assert.equal((await b.status()).role, 'leader');
@@ -292,19 +296,10 @@ describe('cluster mode', () => {
   });
 
   test('a follower that is stopping does not take the lease its stopping leader releases, and logs no error', async () => {
-    const c = cluster();
-    const a = await c.add();
-    await c.leader();
-    const b = await c.add();
-    await writeEveryKind(a, 's');
-    await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+    const { a, b } = await leaderAndFollower(cluster(), 's');
     // A request whose body never ends keeps b's graceful stop answering "in flight" (up to 3 s)
     // while its leader stops and releases the lease: b must not take it, only to hand it over.
-    const held = connect(b.port, '127.0.0.1');
-    await new Promise((resolve) => held.once('connect', resolve));
-    held.write(`POST /product HTTP/1.1\r\nhost: x\r\nx-service-key: ${KEY_A}\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n{"id"`);
-    held.on('error', () => undefined);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const held = await heldRequest(b, 'never-ends');
     const bStopped = b.stop();
     await until('b to begin its stop', async () => b.logs().some((line) => line.includes('stopping: no new requests')));
     assert.equal(await a.stop(), 0);
