@@ -819,9 +819,7 @@ export class ClusterNode {
     } finally {
       this.electing = false;
     }
-    if ((this.roleNow === 'leader' || this.roleNow === 'candidate') && performance.now() >= this.leaseValidUntil) {
-      await this.stepDown('the lease could not be renewed in time', new NotLeadingError('this node lost contact with the cluster\'s PostgreSQL and stopped leading'));
-    }
+    await this.stepDownIfLeaseRanOut();
     if (this.electAgain) void this.electionRound();
   }
 
@@ -999,14 +997,18 @@ export class ClusterNode {
     this.leaseTimer = setTimeout(
       () => {
         this.leaseTimer = null;
-        const leading = this.roleNow === 'leader' || this.roleNow === 'candidate';
-        if (leading && this.running && performance.now() >= this.leaseValidUntil) {
-          void this.stepDown('the lease could not be renewed in time', new NotLeadingError('this node lost contact with the cluster\'s PostgreSQL and stopped leading'));
-        }
+        if (this.running) void this.stepDownIfLeaseRanOut();
       },
       Math.max(0, this.leaseValidUntil - performance.now()) + 1,
     );
     this.leaseTimer.unref();
+  }
+
+  /** A leader (or candidate) whose lease has run out without a renewal stops leading. */
+  private async stepDownIfLeaseRanOut(): Promise<void> {
+    if ((this.roleNow === 'leader' || this.roleNow === 'candidate') && performance.now() >= this.leaseValidUntil) {
+      await this.stepDown('the lease could not be renewed in time', new NotLeadingError('this node lost contact with the cluster\'s PostgreSQL and stopped leading'));
+    }
   }
 
   private stepDown(reason: string, error: Error): Promise<void> {
