@@ -9,7 +9,7 @@ import pg from 'pg';
 import { clusterIdentity, ensureClusterRows, ensureSchema, SCHEMA } from '../src/cluster/schema.ts';
 import { saveSinkPositions } from '../src/cluster/sink-positions.ts';
 import { dropCluster } from './helpers/cluster.ts';
-import { SHARED_POSTGRES_URL } from './helpers/sinks.ts';
+import { SHARED_POSTGRES_URL, withClient } from './helpers/sinks.ts';
 
 test('on a schema that exists, ensureSchema waits for no lock a transaction on the lease table holds', async () => {
   const holder = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
@@ -35,9 +35,7 @@ test('on a schema that exists, ensureSchema waits for no lock a transaction on t
 
 test('dropCluster (the tests\' clean-up) leaves no row of the cluster in any table of the schema, sink positions included', async () => {
   const name = `t${randomBytes(5).toString('hex')}`;
-  const client = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
-  await client.connect();
-  try {
+  await withClient(SHARED_POSTGRES_URL, async (client) => {
     await ensureSchema(client);
     await ensureClusterRows(client, name);
     await saveSinkPositions(client, name, 1, [{ sink: 'nats', confirmed: { seq: 3, marker: null } }]);
@@ -50,9 +48,7 @@ test('dropCluster (the tests\' clean-up) leaves no row of the cluster in any tab
       const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM ${SCHEMA}."${table_name}" WHERE cluster = $1`, [name]);
       assert.equal(Number(rows[0]!.n), 0, `${table_name}: no row of the dropped cluster`);
     }
-  } finally {
-    await client.end();
-  }
+  });
 });
 
 test('a cluster made before identities gets exactly one: of ten nodes giving it one at once, all read the same', async () => {
@@ -79,30 +75,29 @@ test('a cluster made before identities gets exactly one: of ten nodes giving it 
 
 test('journal batches and snapshot chunks are stored LZ4-compressed, also in a schema made before (its columns are switched at the next start)', async () => {
   const name = `t${randomBytes(5).toString('hex')}`;
-  const client = new pg.Client({ connectionString: SHARED_POSTGRES_URL });
-  await client.connect();
-  try {
-    await ensureSchema(client);
-    // As a schema made by an older version has them: the server's default compression (pglz).
-    for (const [table, column] of [['journal', 'records'], ['snapshot_chunks', 'data']]) {
-      await client.query(`ALTER TABLE ${SCHEMA}.${table} ALTER COLUMN ${column} SET COMPRESSION pglz`);
+  await withClient(SHARED_POSTGRES_URL, async (client) => {
+    try {
+      await ensureSchema(client);
+      // As a schema made by an older version has them: the server's default compression (pglz).
+      for (const [table, column] of [['journal', 'records'], ['snapshot_chunks', 'data']]) {
+        await client.query(`ALTER TABLE ${SCHEMA}.${table} ALTER COLUMN ${column} SET COMPRESSION pglz`);
+      }
+      await ensureSchema(client);
+      const { rows: columns } = await client.query<{ attname: string; attcompression: string }>(
+        `SELECT attname, attcompression FROM pg_attribute WHERE (attrelid, attname) IN (('${SCHEMA}.journal'::regclass, 'records'), ('${SCHEMA}.snapshot_chunks'::regclass, 'data'))`,
+      );
+      assert.deepEqual(columns.map((c) => c.attcompression).sort(), ['l', 'l']);
+      // A big value (a batch of a few hundred records, compressible as msgpack records are) is stored compressed, with LZ4.
+      const big = Buffer.from('{"kind":"event","workspace":"default","name":"product_view"}'.repeat(400));
+      await client.query(`INSERT INTO ${SCHEMA}.journal (cluster, first_seq, last_seq, epoch, records) VALUES ($1, 1, 1, 1, $2)`, [name, big]);
+      await client.query(`INSERT INTO ${SCHEMA}.snapshot_chunks (cluster, id, chunk, data) VALUES ($1, 1, 0, $2)`, [name, big]);
+      const { rows } = await client.query<{ j: string; s: string }>(
+        `SELECT (SELECT pg_column_compression(records) FROM ${SCHEMA}.journal WHERE cluster = $1) AS j, (SELECT pg_column_compression(data) FROM ${SCHEMA}.snapshot_chunks WHERE cluster = $1) AS s`,
+        [name],
+      );
+      assert.deepEqual(rows[0], { j: 'lz4', s: 'lz4' });
+    } finally {
+      await dropCluster(SHARED_POSTGRES_URL, name);
     }
-    await ensureSchema(client);
-    const { rows: columns } = await client.query<{ attname: string; attcompression: string }>(
-      `SELECT attname, attcompression FROM pg_attribute WHERE (attrelid, attname) IN (('${SCHEMA}.journal'::regclass, 'records'), ('${SCHEMA}.snapshot_chunks'::regclass, 'data'))`,
-    );
-    assert.deepEqual(columns.map((c) => c.attcompression).sort(), ['l', 'l']);
-    // A big value (a batch of a few hundred records, compressible as msgpack records are) is stored compressed, with LZ4.
-    const big = Buffer.from('{"kind":"event","workspace":"default","name":"product_view"}'.repeat(400));
-    await client.query(`INSERT INTO ${SCHEMA}.journal (cluster, first_seq, last_seq, epoch, records) VALUES ($1, 1, 1, 1, $2)`, [name, big]);
-    await client.query(`INSERT INTO ${SCHEMA}.snapshot_chunks (cluster, id, chunk, data) VALUES ($1, 1, 0, $2)`, [name, big]);
-    const { rows } = await client.query<{ j: string; s: string }>(
-      `SELECT (SELECT pg_column_compression(records) FROM ${SCHEMA}.journal WHERE cluster = $1) AS j, (SELECT pg_column_compression(data) FROM ${SCHEMA}.snapshot_chunks WHERE cluster = $1) AS s`,
-      [name],
-    );
-    assert.deepEqual(rows[0], { j: 'lz4', s: 'lz4' });
-  } finally {
-    await dropCluster(SHARED_POSTGRES_URL, name);
-    await client.end();
-  }
+  });
 });
