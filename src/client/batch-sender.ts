@@ -7,7 +7,7 @@ import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, Intake
 import type { ResolvedOptions } from './options.ts';
 import { isRetryableStatus, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
 import { attempt, prepareBody, type PreparedBody } from './transport.ts';
-import { itemBodyJson } from './item-json.ts';
+import { batchBodyBytes, itemBodyJson } from './item-json.ts';
 import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
 
 export const BATCH_PATH = '/batch';
@@ -91,8 +91,7 @@ interface Envelope {
 }
 
 async function envelope(writes: QueuedWrite[], options: ResolvedOptions): Promise<Envelope> {
-  const json = `{"requests":[${writes.map((w) => w.json).join(',')}]}`;
-  return { writes, body: await prepareBody(json, options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}`, alone: false };
+  return { writes, body: await prepareBody(batchBodyBytes(writes), options.gzipThresholdBytes), batchKey: `batch-${randomUUID()}`, alone: false };
 }
 
 /**

@@ -6,7 +6,9 @@
 // A re-serialization (JSON.stringify of the parsed value) would change spacing and escapes of
 // any client that does not write compact JSON, and make such retries conflicts.
 //
-// Runs only on a body JSON.parse has accepted, so it may skip over values without checking them.
+// itemBodySlices runs only on a body JSON.parse has accepted, so it may skip over values without
+// checking them. requestElementSpans runs before any parse: it never loops past the end, and what
+// it finds is checked by parsing each piece (body.ts, parseJsonBytes).
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -82,6 +84,8 @@ class Scanner {
       let depth = 0;
       let spaced = false;
       do {
+        // Only bytes JSON.parse has not seen can end inside an object (requestElementSpans).
+        if (this.at >= json.length) throw new Error('unterminated value');
         const byte = json[this.at];
         if (byte === QUOTE) {
           this.string();
@@ -155,40 +159,67 @@ export interface BatchSlices {
   compact: boolean;
 }
 
+/** What one scan of a batch body finds (scanBatch). */
+interface BatchScan extends BatchSlices {
+  /** Each element of the "requests" array as [start, end) at [2i, 2i + 1]. */
+  elements: Int32Array;
+  /** How many times the envelope gives the "requests" key (the last one counts). */
+  requestsKeys: number;
+}
+
+/** A growable Int32Array of `slots` per element, new slots -1. */
+function grown(array: Int32Array, needed: number): Int32Array {
+  if (needed <= array.length) return array;
+  const bigger = new Int32Array(Math.max(needed, array.length * 2)).fill(-1);
+  bigger.set(array);
+  return bigger;
+}
+
 /**
- * Where the bodies of the `count` items of the batch in `json` lie, and whether the body is
- * compact. A key given twice counts by its last occurrence, as JSON.parse does. null when the
- * bytes do not hold `count` items (not expected for a body whose parsed form passed the envelope
- * schema; the caller then has no byte ranges).
+ * One pass over a batch body: where each element of its "requests" array lies, and in each
+ * element that is an object, where its `body` lies and whether it is compact. A key given twice
+ * counts by its last occurrence, as JSON.parse does. null when the scan cannot follow the bytes.
  */
-export function itemBodySlices(json: Buffer, count: number): BatchSlices | null {
+function scanBatch(json: Buffer): BatchScan | null {
   const scanner = new Scanner(json);
-  let slices: Int32Array | null = null;
+  let elements: Int32Array | null = null;
+  let items: Int32Array | null = null;
+  let requestsKeys = 0;
   try {
     scanner.space();
     scanner.members(REQUESTS, (isRequests) => {
-      if (!isRequests || json[scanner.at] !== OPEN_ARRAY) return scanner.value();
-      const found = new Int32Array(count * SLICE_SLOTS).fill(-1);
-      let index = 0;
+      if (!isRequests) return scanner.value();
+      requestsKeys++;
+      elements = null;
+      items = null;
+      if (json[scanner.at] !== OPEN_ARRAY) return scanner.value();
+      let spans: Int32Array = new Int32Array(2 * 256);
+      let found: Int32Array = new Int32Array(SLICE_SLOTS * 256).fill(-1);
+      let count = 0;
       scanner.at++;
       scanner.space();
       if (json[scanner.at] === CLOSE_ARRAY) scanner.at++;
       else {
         for (;;) {
           scanner.space();
-          if (json[scanner.at] === OPEN_OBJECT && index < count) {
-            const item = index;
+          spans = grown(spans, 2 * count + 2);
+          found = grown(found, SLICE_SLOTS * count + SLICE_SLOTS);
+          spans[2 * count] = scanner.at;
+          if (json[scanner.at] === OPEN_OBJECT) {
+            const at = SLICE_SLOTS * count;
+            const slots = found;
             scanner.members(BODY, (isBody) => {
               const start = scanner.at;
               scanner.value();
               if (isBody) {
-                found[item * SLICE_SLOTS] = start;
-                found[item * SLICE_SLOTS + 1] = scanner.at;
-                found[item * SLICE_SLOTS + 2] = scanner.spaced ? 0 : 1;
+                slots[at] = start;
+                slots[at + 1] = scanner.at;
+                slots[at + 2] = scanner.spaced ? 0 : 1;
               }
             });
           } else scanner.value();
-          index++;
+          spans[2 * count + 1] = scanner.at;
+          count++;
           scanner.space();
           if (json[scanner.at] === COMMA) {
             scanner.at++;
@@ -198,13 +229,38 @@ export function itemBodySlices(json: Buffer, count: number): BatchSlices | null 
           break;
         }
       }
-      slices = index === count ? found : null;
+      elements = spans.subarray(0, 2 * count);
+      items = found.subarray(0, SLICE_SLOTS * count);
     });
-    // Only whitespace may follow the object (JSON.parse took the body).
+    // Only whitespace may follow the object.
     scanner.space();
     if (scanner.at !== json.length) return null;
   } catch {
     return null;
   }
-  return slices === null ? null : { items: slices, compact: !scanner.spacedAnywhere };
+  if (elements === null || items === null) return null;
+  return { elements, items, compact: !scanner.spacedAnywhere, requestsKeys };
+}
+
+/**
+ * Where the bodies of the `count` items of the batch in `json` lie, and whether the body is
+ * compact. null when the bytes do not hold `count` items (not expected for a body whose parsed
+ * form passed the envelope schema; the caller then has no byte ranges).
+ */
+export function itemBodySlices(json: Buffer, count: number): BatchSlices | null {
+  const scan = scanBatch(json);
+  return scan === null || scan.elements.length !== 2 * count ? null : { items: scan.items, compact: scan.compact };
+}
+
+/**
+ * A batch body's "requests" elements as [start, end) (two Int32 per element) and its items'
+ * slices, for parsing a big batch item by item (body.ts, parseJsonBytes). null when the body is
+ * not laid out as one object whose "requests" key is given once and holds a non-empty array, or
+ * when the scan cannot follow the bytes. Runs on bytes no parser has checked: the caller parses
+ * each piece and the envelope around them, and takes the whole body's JSON.parse when any fails.
+ */
+export function requestElementSpans(json: Buffer): { elements: Int32Array; slices: BatchSlices } | null {
+  const scan = scanBatch(json);
+  if (scan === null || scan.requestsKeys !== 1 || scan.elements.length === 0) return null;
+  return { elements: scan.elements, slices: { items: scan.items, compact: scan.compact } };
 }

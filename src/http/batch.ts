@@ -28,7 +28,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { BatchItem, type ItemOwner } from './batch-item.ts';
 import { ItemRouter } from './batch-paths.ts';
-import { itemBodySlices, SLICE_SLOTS } from './batch-slices.ts';
+import { itemBodySlices, SLICE_SLOTS, type BatchSlices } from './batch-slices.ts';
 import { bodyLimitBytes } from './body.ts';
 import { ERRORS } from './errors.ts';
 import { fillParam } from './path-param.ts';
@@ -76,12 +76,12 @@ interface ItemBytes {
   compact: boolean | null;
 }
 
-function measureItems(raw: Buffer, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean, batchKeyed: boolean): ItemBytes {
+function measureItems(raw: Buffer, known: BatchSlices | null, requests: readonly BatchItemSpec[], measureSizes: boolean, keyed: boolean, batchKeyed: boolean): ItemBytes {
   const n = requests.length;
   const sizes = new Int32Array(n).fill(-1);
   const prints = keyed ? new Uint32Array(n * 2) : null;
   if (!measureSizes && !keyed) return { sizes, prints, compact: null };
-  const scan = itemBodySlices(raw, n);
+  const scan = known !== null && known.items.length === n * SLICE_SLOTS ? known : itemBodySlices(raw, n);
   const slices = scan === null ? null : scan.items;
   for (let i = 0; i < n; i++) {
     const item = requests[i]!;
@@ -116,6 +116,8 @@ export interface BatchRequest extends WriteRequest {
   readonly serviceKey: string;
   /** The decoded body's bytes while validate() and apply() run. */
   readonly rawBody: Buffer | null;
+  /** Where the items' bodies lie in rawBody, when the body's parse found them already (null: scan it). */
+  readonly rawSlices: BatchSlices | null;
   rateLimited(retryAfterSeconds: number, message?: string): void;
 }
 
@@ -289,7 +291,7 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
       for (let i = 0; i < n && !keyed; i++) keyed = typeof requests[i]!.idempotencyKey === 'string';
       // Now, whatever happens next: the raw body is only valid while this call runs.
       const raw = batch.rawBody!;
-      const bytes = measureItems(raw, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
+      const bytes = measureItems(raw, batch.rawSlices, requests, raw.length > smallestLimitBytes, keyed, batchKey !== null);
       // The batch's own key is fingerprinted here, from the bytes, whichever thread or node read
       // the request (pending-request.ts leaves it to this route).
       batch.idempotency?.fingerprint(batchBodyFingerprint(raw, bytes.compact));

@@ -220,10 +220,12 @@ export class PendingRequest extends WriteCall {
     const parsed = parseJsonObject(inflated.raw, this.route.nestedBodyDepth);
     if (!parsed.ok) return this.answerError(ERRORS.malformedJson, parsed.message);
     this.rawBody = inflated.raw;
+    this.rawSlices = parsed.slices;
     try {
       this.dispatch(parsed.body, parsed.text);
     } finally {
       this.rawBody = null;
+      this.rawSlices = null;
     }
   };
 
@@ -256,7 +258,7 @@ export class PendingRequest extends WriteCall {
     }
   }
 
-  private dispatch(body: Record<string, unknown> | null, text: string): void {
+  private dispatch(body: Record<string, unknown> | null, text: string | null): void {
     const refusal = this.env.gate.refusal();
     if (refusal !== null) return this.refused(refusal);
     if (this.keyRevoked()) return this.answerError(ERRORS.authentication);
@@ -267,7 +269,7 @@ export class PendingRequest extends WriteCall {
       else if (body === null) link.submit(this, 'none', '', null);
       // A route that reads the raw bytes too (a batch) gets them; they must be ours to send.
       else if (this.route.readsRawBody === true) link.submit(this, 'bytes', '', Buffer.from(this.rawBody!));
-      else link.submit(this, 'json', text, null);
+      else link.submit(this, 'json', text ?? this.rawBody!.toString('utf8'), null);
     } catch (error) {
       if (error instanceof BodyTooDeepError) return this.malformed(error.message);
       this.crashed(error);

@@ -13,6 +13,7 @@ import { ERRORS, errorBody, type ErrorSpec } from './errors.ts';
 import type { WriteRequest, WriteRoute } from './pending-request.ts';
 import { OK, UNPROCESSABLE, type SendOptions } from './respond.ts';
 import type { Refusal } from './write-gate.ts';
+import type { BatchSlices } from './batch-slices.ts';
 
 /** The message of a 503 for a mapping body refused because the workers are busy (issue 17). */
 export const MAPPING_WORKERS_BUSY = 'the mapping workers are busy and their queue is full; nothing was applied: retry after the number of seconds in Retry-After';
@@ -43,6 +44,8 @@ export abstract class WriteCall implements WriteRequest {
    * returns: never keep them.
    */
   rawBody: Buffer | null = null;
+  /** Where a batch's items' bodies lie in rawBody, when its parse found them (body.ts, ParsedBytes); set and cleared with it. */
+  rawSlices: BatchSlices | null = null;
 
   constructor(route: WriteRoute, param: string, at: number, limitBytes: number, encoding: Encoding, idempotency: IdempotencyClaim | null, requestId: string, log: Logger) {
     this.route = route;

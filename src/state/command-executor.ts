@@ -4,7 +4,7 @@
 // known (a 200 once durable), for the sender to send on.
 import type { Workspaces } from '../actors/workspace.ts';
 import type { Answer, Command } from '../handoff/frames.ts';
-import { bodyLimitBytes, parseJson } from '../http/body.ts';
+import { bodyLimitBytes, parseJson, parseJsonBytes } from '../http/body.ts';
 import type { WriteRoute } from '../http/pending-request.ts';
 import type { WriteGate } from '../http/write-gate.ts';
 import type { Settings } from '../config/settings.ts';
@@ -45,11 +45,14 @@ export class CommandExecutor implements CommandSink {
           return route.apply(request, null);
         case 'bytes': {
           const raw = Buffer.from(command.bytes!.buffer, command.bytes!.byteOffset, command.bytes!.byteLength);
+          const parsed = parseJsonBytes(raw, route.nestedBodyDepth);
           request.rawBody = raw;
+          request.rawSlices = parsed.slices;
           try {
-            return route.apply(request, parseJson(raw.toString('utf8'), route.nestedBodyDepth) as Record<string, unknown>);
+            return route.apply(request, parsed.value as Record<string, unknown>);
           } finally {
             request.rawBody = null;
+            request.rawSlices = null;
           }
         }
         case 'raw':
