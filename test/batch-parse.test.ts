@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { SLICE_SLOTS } from '../src/http/batch-slices.ts';
+import { itemBodySlices, SLICE_SLOTS } from '../src/http/batch-slices.ts';
 import { parseJson, parseJsonBytes, parseJsonObject } from '../src/http/body.ts';
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 1128);
@@ -47,21 +47,40 @@ const item = fc.record(
 );
 /** A string with the escapes that make parseJson rewrite strings (lone surrogates) and multi-byte characters. */
 const awkward = fc.constantFrom('\\ud800', '\\udfff x', 'é', '😀', '\\"', '\\\\', '"', '}', ']', ',');
-const mutation = fc.record({ at: fc.nat(), bytes: fc.constantFrom('', '"', '\\', '{', '}', '[', ']', ',', ':', '0', ' ', '\u00e9', 'null', '\\ud83d') , remove: fc.nat({ max: 3 }) });
+/** Bytes to insert: JSON's own characters, whitespace JSON takes and whitespace it does not, a BOM, and lone bytes that are not UTF-8. */
+const mutation = fc.record({
+  at: fc.nat(),
+  bytes: fc.constantFrom(...['', '"', '\\', '{', '}', '[', ']', ',', ':', '0', ' ', '\t', '\r', '\f', 'null', '\\ud83d', '"body":', '"requests":'].map((text) => Buffer.from(text)), Buffer.from('é'), Buffer.from('\ufeff'), Buffer.from([0x80]), Buffer.from([0xc3])),
+  remove: fc.nat({ max: 3 }),
+});
+/** Items written by hand: a key spelled with escapes, a "body" given twice (the last counts), spaced bodies. */
+const handWritten = fc.constantFrom(
+  '{"method":"POST","path":"/product","b\\u006fdy":{"id":"a"}}',
+  '{"method":"POST","path":"/product","body":{"id":"first"},"body":{"id":"last"}}',
+  '{"method":"POST","path":"/product","body":{"id":"x"},"b\\u006fdy":{ "id" : "escaped last" }}',
+  '{"body":[1, 2],"method":"DELETE","path":"/product/x"}',
+  '{"__proto__":{"id":"p"},"body":{"__proto__":1}}',
+);
 
 /** Where the padding goes, once the mutations (which land among the items, not in 70 KiB of x) are made. */
 const PAD_MARK = '\u0001PAD\u0001';
 
 /** A batch body: items, with the padding in a member before or after "requests", spaced or not. */
 const batchText = fc
-  .record({ items: fc.array(fc.oneof(item, fc.jsonValue({ maxDepth: 2 })), { minLength: 1, maxLength: 12 }), padFirst: fc.boolean(), space: fc.constantFrom('', ' ', '\n'), strings: fc.array(awkward, { maxLength: 4 }), twice: fc.boolean() })
-  .map(({ items, padFirst, space, strings, twice }) => {
-    const texts = items.map((value, i) => {
-      const text = JSON.stringify(value);
+  .record({
+    items: fc.array(fc.oneof(item.map((value) => JSON.stringify(value)), fc.jsonValue({ maxDepth: 2 }).map((value) => JSON.stringify(value)), handWritten), { minLength: 1, maxLength: 12 }),
+    padFirst: fc.boolean(),
+    space: fc.constantFrom('', ' ', '\n'),
+    strings: fc.array(awkward, { maxLength: 4 }),
+    twice: fc.boolean(),
+    requestsKey: fc.constantFrom('"requests"', '"requests"', '"req\\u0075ests"'),
+  })
+  .map(({ items, padFirst, space, strings, twice, requestsKey }) => {
+    const texts = items.map((text, i) => {
       // Awkward strings inside some items, in raw form (escapes as written).
       return i < strings.length ? `{"s":"${strings[i]}","v":${text}}` : text;
     });
-    const requests = `"requests":[${space}${texts.join(`,${space}`)}${space}]`;
+    const requests = `${requestsKey}:[${space}${texts.join(`,${space}`)}${space}]`;
     const pad = `"pad":"${PAD_MARK}"`;
     const again = twice ? `,"requests":[1]` : '';
     return padFirst ? `{${pad},${space}${requests}${again}}` : `{${space}${requests},${pad}${again}}`;
@@ -74,7 +93,7 @@ test('a big batch parsed item by item gives what JSON.parse of the whole body gi
       let small = Buffer.from(text);
       for (const m of mutations) {
         const at = m.at % (small.length + 1);
-        small = Buffer.concat([small.subarray(0, at), Buffer.from(m.bytes), small.subarray(Math.min(small.length, at + m.remove))]);
+        small = Buffer.concat([small.subarray(0, at), m.bytes, small.subarray(Math.min(small.length, at + m.remove))]);
       }
       const raw = Buffer.from(small.toString('latin1').replace(PAD_MARK, PAD), 'latin1');
       const whole = outcome(() => parseJson(raw.toString('utf8'), 3));
@@ -89,6 +108,9 @@ test('a big batch parsed item by item gives what JSON.parse of the whole body gi
         // The same scan's slices: each item's body bytes, as the batch's fingerprints need them.
         const plain = JSON.parse(raw.toString('utf8')) as { requests: unknown[] };
         const items = decoded.slices!.items;
+        // What the scan of a body already parsed finds (itemBodySlices), and the body's compactness.
+        assert.deepStrictEqual(itemBodySlices(raw, plain.requests.length), decoded.slices);
+        assert.equal(decoded.slices!.compact, !spacedOutsideStrings(raw.toString('utf8')));
         assert.equal(items.length, plain.requests.length * SLICE_SLOTS);
         plain.requests.forEach((element, i) => {
           const [start, end, compact] = [items[i * SLICE_SLOTS]!, items[i * SLICE_SLOTS + 1]!, items[i * SLICE_SLOTS + 2]!];
@@ -140,4 +162,21 @@ test('a big batch: strings are made well-formed down to the same depth as in the
     assert.equal((parseJsonObject(raw, 3) as { text: unknown }).text, null);
     assert.deepStrictEqual(parseJsonBytes(raw, 3).value, parseJson(raw.toString(), 3), `depth ${depth}`);
   }
+});
+
+test('a body past the limits of the scan is parsed whole, as before: no element or key count makes the scan costly', () => {
+  // 150,000 elements (BATCH_MAX_ITEMS is at most 100,000): whole, then refused by the schema.
+  const many = Buffer.from(`{"requests":[${'0,'.repeat(150_000)}0]}`);
+  const started = performance.now();
+  const decoded = parseJsonObject(many, 3);
+  assert.ok(decoded.ok);
+  assert.equal(typeof decoded.text, 'string');
+  // "requests" given 100,000 times: whole (the last counts), with nothing scanned past the second.
+  const keys = Buffer.from(`{${'"requests":[],'.repeat(100_000)}"requests":[{"method":"POST","path":"/product","body":{"id":"x${'y'.repeat(200)}"}}]}`);
+  const again = parseJsonObject(keys, 3);
+  assert.ok(again.ok);
+  assert.equal(typeof again.text, 'string');
+  assert.deepStrictEqual(again.body, JSON.parse(keys.toString()));
+  // Generous: a few ms each here; item by item they took about a second and megabytes of arrays.
+  assert.ok(performance.now() - started < 500, `${performance.now() - started} ms`);
 });

@@ -167,10 +167,12 @@ interface BatchScan extends BatchSlices {
   requestsKeys: number;
 }
 
-/** A growable Int32Array of `slots` per element, new slots -1. */
+const EMPTY = new Int32Array(0);
+
+/** `array`, or a copy at least twice as long when it is shorter than `needed` (new slots -1). */
 function grown(array: Int32Array, needed: number): Int32Array {
   if (needed <= array.length) return array;
-  const bigger = new Int32Array(Math.max(needed, array.length * 2)).fill(-1);
+  const bigger = new Int32Array(Math.max(needed, array.length * 2, 64)).fill(-1);
   bigger.set(array);
   return bigger;
 }
@@ -178,9 +180,13 @@ function grown(array: Int32Array, needed: number): Int32Array {
 /**
  * One pass over a batch body: where each element of its "requests" array lies, and in each
  * element that is an object, where its `body` lies and whether it is compact. A key given twice
- * counts by its last occurrence, as JSON.parse does. null when the scan cannot follow the bytes.
+ * counts by its last occurrence, as JSON.parse does. null when the scan cannot follow the bytes,
+ * when an array holds more than `maxElements` elements, or (`oneRequestsKey`) when the envelope
+ * gives "requests" twice: the scan may run on bytes nothing has checked, so what it allocates
+ * stays bounded by the body's use (a review: 2 million elements of `0,`, a few KB gzip'd, or
+ * 290,000 empty "requests" keys, each made megabytes of arrays before the 422 or the 400).
  */
-function scanBatch(json: Buffer): BatchScan | null {
+function scanBatch(json: Buffer, maxElements: number, oneRequestsKey: boolean): BatchScan | null {
   const scanner = new Scanner(json);
   let elements: Int32Array | null = null;
   let items: Int32Array | null = null;
@@ -190,11 +196,12 @@ function scanBatch(json: Buffer): BatchScan | null {
     scanner.members(REQUESTS, (isRequests) => {
       if (!isRequests) return scanner.value();
       requestsKeys++;
+      if (oneRequestsKey && requestsKeys > 1) throw new Error('"requests" given twice');
       elements = null;
       items = null;
       if (json[scanner.at] !== OPEN_ARRAY) return scanner.value();
-      let spans: Int32Array = new Int32Array(2 * 256);
-      let found: Int32Array = new Int32Array(SLICE_SLOTS * 256).fill(-1);
+      let spans: Int32Array = EMPTY;
+      let found: Int32Array = EMPTY;
       let count = 0;
       scanner.at++;
       scanner.space();
@@ -202,6 +209,7 @@ function scanBatch(json: Buffer): BatchScan | null {
       else {
         for (;;) {
           scanner.space();
+          if (count === maxElements) throw new Error('more elements than the scan takes');
           spans = grown(spans, 2 * count + 2);
           found = grown(found, SLICE_SLOTS * count + SLICE_SLOTS);
           spans[2 * count] = scanner.at;
@@ -248,9 +256,15 @@ function scanBatch(json: Buffer): BatchScan | null {
  * form passed the envelope schema; the caller then has no byte ranges).
  */
 export function itemBodySlices(json: Buffer, count: number): BatchSlices | null {
-  const scan = scanBatch(json);
+  const scan = scanBatch(json, count, false);
   return scan === null || scan.elements.length !== 2 * count ? null : { items: scan.items, compact: scan.compact };
 }
+
+/**
+ * The most elements requestElementSpans follows: BATCH_MAX_ITEMS' own maximum (settings.ts). A
+ * body with more is parsed whole, as before, and refused by the envelope's schema.
+ */
+const MAX_SCANNED_ELEMENTS = 100_000;
 
 /**
  * A batch body's "requests" elements as [start, end) (two Int32 per element) and its items'
@@ -260,7 +274,7 @@ export function itemBodySlices(json: Buffer, count: number): BatchSlices | null 
  * each piece and the envelope around them, and takes the whole body's JSON.parse when any fails.
  */
 export function requestElementSpans(json: Buffer): { elements: Int32Array; slices: BatchSlices } | null {
-  const scan = scanBatch(json);
-  if (scan === null || scan.requestsKeys !== 1 || scan.elements.length === 0) return null;
+  const scan = scanBatch(json, MAX_SCANNED_ELEMENTS, true);
+  if (scan === null || scan.elements.length === 0) return null;
   return { elements: scan.elements, slices: { items: scan.items, compact: scan.compact } };
 }
