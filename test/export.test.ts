@@ -89,7 +89,7 @@ describe('export', () => {
     assert.equal((await streamExport(bigDir, ['events', '--kind', 'event', '--workspace', 'ws-a', '--since', String(EVENTS - 30)])).lines, 20);
   });
 
-  test('with a server running on the directory, events stop at the position it made durable (as --follow does); with none, everything stored', async () => {
+  test('with a server running on the directory, events and state stop at the position it made durable (as --follow does); with none, everything stored', async () => {
     const server = await startServer();
     try {
       assert.equal((await server.post('/product', { id: 'durable-1', name: 'n' })).status, 200);
@@ -97,15 +97,20 @@ describe('export', () => {
       // said) not fsync'd yet: written here, beside it, into its LMDB.
       const store = openStore(server.dataDir);
       const last = Journal.lastSeq(store.journal);
-      await store.journal.put(last + 1, [{ kind: 'product_delete', workspace: 'ws-a', at: Date.now(), data: { id: 'not-durable' } }]);
+      const workspace = (exportLines(server.dataDir, 'products')[0] as { workspace: string }).workspace;
+      await store.journal.put(last + 1, [{ kind: 'product_upsert', workspace, at: Date.now(), data: { id: 'not-durable', name: 'n' } }]);
       await store.close();
       const running = exportLines(server.dataDir, 'events');
       assert.ok(running.some((e) => e.data?.id === 'durable-1'));
       assert.ok(!running.some((e) => e.data?.id === 'not-durable'), 'a record past the durable position is not printed while the server runs');
+      const products = exportLines(server.dataDir, 'products').map((p) => p.id);
+      assert.ok(products.includes('durable-1'));
+      assert.ok(!products.includes('not-durable'), 'a state export leaves out a write past the durable position while the server runs');
     } finally {
       await server.kill();
     }
     assert.ok(exportLines(server.dataDir, 'events').some((e) => e.data?.id === 'not-durable'), 'with no server running, every stored record is printed');
+    assert.ok(exportLines(server.dataDir, 'products').some((p) => p.id === 'not-durable'), 'and is in the state');
   });
 
   test('bad arguments: a message and a non-zero status', () => {

@@ -149,7 +149,7 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
 }
 
 /**
- * How far a plain `export events` reads: with a server running on the directory, only up to the
+ * How far a plain `export events`, or a state export, reads: with a server running on the directory, only up to the
  * position it made durable, as --follow does (lmdb-js shows a commit to other processes before
  * its fsync: a record printed then could be undone by a power loss and its seq reused by another
  * write, and a consumer whose cursor had passed it would skip that write; found by a review).
@@ -174,7 +174,9 @@ async function run(args: ExportArgs): Promise<void> {
     else if (args.what === 'events') await printEvents(store, args, out, args.since, await durableBound(args.dataDir, store), () => false);
     else {
       const workspaces = new Workspaces();
-      recover(store, workspaces, new ProfileInterner(), null, args.dataDir);
+      // Beside a running server, only what it made durable, as for events (a review: a state
+      // export showed writes lmdb-js had let other processes see before their fsync).
+      recover(store, workspaces, new ProfileInterner(), null, args.dataDir, await durableBound(args.dataDir, store));
       for (const ws of workspaces.all()) {
         if (args.workspace !== null && ws.name !== args.workspace) continue;
         if (args.what === 'devices') for (const d of ws.devices.values()) await out.write(deviceView(ws.name, d));

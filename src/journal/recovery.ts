@@ -59,9 +59,10 @@ export class JournalHoleError extends JournalGap {
 /**
  * `keys`: the remembered Idempotency-Keys, rebuilt like the rest of the state: from the snapshot,
  * then from the records after it (a key travels in its write's record). `dataDir` only names the
- * directory in an error message.
+ * directory in an error message. `untilSeq`: no record after it is replayed (a state export
+ * beside a running server stops at the position the server made durable; null: every record).
  */
-export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null = null, dataDir: string | null = null): RecoveryReport {
+export function recover(store: Store, workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null = null, dataDir: string | null = null, untilSeq: number | null = null): RecoveryReport {
   const started = performance.now();
   const snapshot = newestCompleteSnapshot(store);
   if (snapshot !== null) loadSnapshot(store, snapshot, workspaces, interner, keys);
@@ -72,6 +73,7 @@ export function recover(store: Store, workspaces: Workspaces, interner: ProfileI
   let records = 0;
   let lastSeq = afterSeq;
   for (const { seq, record } of Journal.read(store.journal, afterSeq)) {
+    if (untilSeq !== null && seq > untilSeq) break;
     // Seqs follow each other without a gap: a hole means a commit failed and later records were
     // stored anyway (issue 17); they were never acknowledged and must not be replayed.
     if (seq !== lastSeq + 1) throw brokenSequence(store, lastSeq, seq, dataDir);
