@@ -163,8 +163,6 @@ export interface BatchSlices {
 interface BatchScan extends BatchSlices {
   /** Each element of the "requests" array as [start, end) at [2i, 2i + 1]. */
   elements: Int32Array;
-  /** How many times the envelope gives the "requests" key (the last one counts). */
-  requestsKeys: number;
 }
 
 const EMPTY = new Int32Array(0);
@@ -247,7 +245,7 @@ function scanBatch(json: Buffer, maxElements: number, oneRequestsKey: boolean): 
     return null;
   }
   if (elements === null || items === null) return null;
-  return { elements, items, compact: !scanner.spacedAnywhere, requestsKeys };
+  return { elements, items, compact: !scanner.spacedAnywhere };
 }
 
 /**
