@@ -226,8 +226,8 @@ describe('cluster mode', () => {
     await c.leader();
     const b = await c.add();
     await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
-    // Five bursts of sequential writes for 150 ms each: a commit each, most of them within 40 ms
-    // of the last NOTIFY (so made without one), the burst longer than a follower's 40 ms wait
+    // Five bursts of sequential writes for 150 ms each: a commit each, most of them within 100 ms
+    // of the last NOTIFY (so made without one), the burst longer than a follower's 100 ms wait
     // before it reads. Without the trailing NOTIFY the follower would learn of a burst's last
     // commits from its poll (every 1 s) only: under 400 ms for all five would take luck five times.
     for (let burst = 0; burst < 5; burst++) {

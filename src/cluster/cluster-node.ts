@@ -43,8 +43,16 @@ import { readSinkPositions, saveSinkPositions } from './sink-positions.ts';
 
 /** Batches read per round trip while replicating (each at most JOURNAL_MAX_BATCH_RECORDS). */
 const REPLICATION_BATCHES = 16;
-/** After a NOTIFY a follower waits this long before it reads, so one read takes several commits. */
-const REPLICATION_LINGER_MS = 40;
+/**
+ * After a NOTIFY a follower waits this long before it reads, so one read takes several commits.
+ * Each read has a fixed cost (a round trip, its LMDB transaction and fsync, the wakeups): at
+ * 4,000 writes/s, 100 ms instead of 40 took the follower's CPU per applied record from 0.24× the
+ * leader's CPU per request to 0.22× (3 alternating pairs of runs, 2026-11-28). What it costs:
+ * a follower's own copy lags by up to about twice this. No answer depends on that copy (every
+ * endpoint is a write, and a follower forwards writes to the leader); a node taking over reads
+ * at once, and `export` on a follower shows what it has applied.
+ */
+const REPLICATION_LINGER_MS = 100;
 /** A follower looks for new batches this often even without a NOTIFY (a lost LISTEN connection). */
 const REPLICATION_POLL_MS = 250;
 /** ...and this often while its LISTEN connection is up (a NOTIFY wakes it after commits). */
@@ -54,8 +62,8 @@ const REPLICATION_POLL_LISTENING_MS = 1_000;
  * by the next NOTIFY, at the latest one gap later (a trailing one). A follower reads
  * REPLICATION_LINGER_MS after a NOTIFY anyway, so more of them only wake it for nothing: at
  * 4,000 writes/s (about 500 commits/s) a NOTIFY per commit cost a follower 14.5 µs of CPU per
- * applied record, one per 40 ms 11.7 (measured, 2026-11-24). The first commit after a quiet
- * spell still NOTIFYs at once.
+ * applied record, one per 40 ms 11.7 (measured, 2026-11-24; the gap follows the linger, 100 ms
+ * since 2026-11-28). The first commit after a quiet spell still NOTIFYs at once.
  */
 const COMMIT_NOTIFY_GAP_MS = REPLICATION_LINGER_MS;
 /** Waits between attempts while PostgreSQL cannot be reached: doubling up to the maximum. */
