@@ -418,6 +418,8 @@ async function main(): Promise<void> {
     // stopping too: one leader change for the clients, not two).
     node?.leave();
     schedule.stop();
+    /** A leader's delivery, stopped as it hands over (below); null: stopped with the rest. */
+    let deliveryStopping: Promise<void> | null = null;
     if (node !== null && (node.role === 'leader' || node.role === 'candidate')) {
       // Hand over first (HANDOVER_REQUESTS_MS): commit what was accepted, then give the lease up.
       await server.settled(HANDOVER_REQUESTS_MS);
@@ -426,6 +428,11 @@ async function main(): Promise<void> {
       // Writes that end from now on are refused (503, Retry-After) instead of committed: their
       // commit would be fenced once another node leads, and fail this node's journal.
       journal.follow(new NotLeadingError('this node is stopping and has handed the lead over: send the write to the cluster\'s leader'));
+      // Delivery runs on the leader only (CONTRACT.md §12): it stops as the lead is handed over,
+      // not seconds later, when the new leader's delivery already runs. Found by a review: the
+      // two delivered side by side, each refused where the other had been (the sinks' own
+      // positions kept every record once), and the new leader marked its sinks down and backed off.
+      deliveryStopping = delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
       await node.stop();
     }
     await server.settled(Math.max(0, STOP_REQUESTS_TIMEOUT_MS - (Date.now() - startedAt)));
@@ -436,7 +443,7 @@ async function main(): Promise<void> {
     await journal.markDurable();
     // A leader hands over now: another node leads within a second or two (CONTRACT.md §12).
     await node?.stop();
-    const deliveryStopped = delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
+    const deliveryStopped = deliveryStopping ?? delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
     await pool.close();
     // A snapshot started earlier covers an older position: replace it with one of the final state.
     await writer!.abort();

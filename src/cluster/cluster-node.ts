@@ -620,11 +620,13 @@ export class ClusterNode {
   private async readTrimmed(): Promise<void> {
     this.trimmedCheckedAtMs = performance.now();
     const trimmed = await this.reader.use(async (client) => {
-      const first = await this.journal.firstSeq(client);
-      if (first !== null) return first - 1;
+      // The head first (as trimmedPast() reads them): read after an empty journal, it could
+      // count a commit landed in between as trimmed, and this node's own retention would then
+      // drop a record no sink confirmed (found by a review).
       const head = await this.journal.head(client);
       this.noteHead(head.lastSeq);
-      return head.lastSeq;
+      const first = await this.journal.firstSeq(client);
+      return first !== null ? first - 1 : head.lastSeq;
     });
     if (trimmed > this.clusterTrimmedSeq) this.clusterTrimmedSeq = trimmed;
   }
