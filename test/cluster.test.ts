@@ -460,7 +460,8 @@ describe('cluster mode', () => {
     // down); it passed on the old code too, whose delivery finished this backlog in time.
     const target: SinkTarget = await postgresHarness.target();
     try {
-      // One record a delivery statement: a backlog that takes the old leader seconds to deliver.
+      // One record a delivery statement, so that the leader still has records to deliver when it is
+      // stopped (checked below; it then finishes them well within the handover on this machine).
       const c = cluster({ ...target.env, CLUSTER_LEASE_MS: '1000', DELIVERY_BATCH_RECORDS: '1', DELIVERY_LINGER_MS: '0' });
       const a = await c.add();
       await c.leader();
