@@ -387,7 +387,7 @@ async function main(): Promise<void> {
       rateLimits,
       gate,
       clusterStatus,
-      forwarded: forwardEndpoint === null ? null : { limitBytes: forwardLimitBytes(settings), mayAccept: (secret) => forwardEndpoint.mayAccept(secret), handle: (secret, bytes) => forwardEndpoint.handle(secret, bytes) },
+      forwarded: forwardEndpoint === null ? null : { limitBytes: forwardLimitBytes(settings), admittedBytes: (secret) => forwardEndpoint.admittedBytes(secret, forwardLimitBytes(settings)), handle: (secret, bytes) => forwardEndpoint.handle(secret, bytes) },
     });
     leadingChanged = (on) => mainServer.setLink(on ? null : followerLink);
     server = mainServer;

@@ -41,14 +41,31 @@ export function forwardLimitBytes(settings: Pick<Settings, 'bodyLimitBytes' | 'm
 }
 
 /**
- * What a forward's 401 is judged by from its header alone, before its body (up to
- * forwardLimitBytes) is read: while the node does not take writes (`open`) any secret is read and
- * the endpoint answers 503; otherwise only this epoch's `secret` (none: nothing). Plain data, so
- * the state thread can post it to its edge threads, which hold the connections (HTTP_THREADS > 1).
+ * What a forward is judged by from its header alone, before its body (up to forwardLimitBytes) is
+ * read: while the node does not take writes (`open`) any secret is read, up to
+ * NOT_LEADING_READ_BYTES, and the endpoint answers 503; otherwise only this epoch's `secret`
+ * (none: nothing). Plain data, so the state thread can post it to its edge threads, which hold
+ * the connections (HTTP_THREADS > 1).
  */
 export interface ForwardAdmission {
   open: boolean;
   secret: string | null;
+}
+
+/**
+ * What a node that does not lead reads of a forward before it answers 503. It cannot check the
+ * secret (it does not know the epoch the follower thinks leads), so it must not read 16 MiB for
+ * anyone who reaches its port (found by a review, 2026-11-28). A frame up to this size, most of
+ * them, is read to its end, so that the follower gets a clean 503 on a connection kept alive
+ * (closing a connection with unread bytes resets it, which a follower counts as "may have been
+ * applied"); a bigger one is answered 503 from its header or as soon as it grows past this.
+ */
+export const NOT_LEADING_READ_BYTES = 64 * 1024;
+
+/** Bytes a forward carrying `secret` may send before its answer (0: 401 from its header). */
+export function admittedBytes(admission: ForwardAdmission, secret: string, limitBytes: number): number {
+  if (admission.open) return Math.min(NOT_LEADING_READ_BYTES, limitBytes);
+  return admission.secret !== null && sameSecret(secret, admission.secret) ? limitBytes : 0;
 }
 
 /** `sent` is `own`, compared in constant time. */
@@ -56,9 +73,4 @@ export function sameSecret(sent: string, own: string): boolean {
   const a = Buffer.from(sent);
   const b = Buffer.from(own);
   return a.length === b.length && timingSafeEqual(a, b);
-}
-
-/** Whether a forward carrying `secret` may be read (false: 401 before its body). */
-export function admits(admission: ForwardAdmission, secret: string): boolean {
-  return admission.open || (admission.secret !== null && sameSecret(secret, admission.secret));
 }

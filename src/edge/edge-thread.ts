@@ -23,7 +23,7 @@ import { StateHeartbeat } from './state-heartbeat.ts';
 import { SharedRateLimits } from './shared-rate-limits.ts';
 import { ThreadLink } from './thread-link.ts';
 import { ForwardRelay } from './forward-relay.ts';
-import { admits, forwardLimitBytes } from '../cluster/forward-protocol.ts';
+import { admittedBytes, forwardLimitBytes } from '../cluster/forward-protocol.ts';
 
 /** A question to the state thread (/metrics, /cluster) waits at most this long. */
 const ASK_TIMEOUT_MS = 5_000;
@@ -63,6 +63,7 @@ async function run(): Promise<void> {
   const link = new ThreadLink(port, auth);
   // Cluster mode: followers' forwarded frames go to the state thread, which runs them when it leads.
   const relay = start.clustered ? new ForwardRelay(port) : null;
+  const forwardLimit = forwardLimitBytes(settings);
 
   let nextAsk = 1;
   const asked = new Map<number, { done: (told: { text: string; contentType: string }) => void; fail: (error: Error) => void }>();
@@ -107,8 +108,8 @@ async function run(): Promise<void> {
         relay === null
           ? null
           : {
-              limitBytes: forwardLimitBytes(settings),
-              mayAccept: (secret) => gateState.forward === null || admits(gateState.forward, secret),
+              limitBytes: forwardLimit,
+              admittedBytes: (secret) => (gateState.forward === null ? forwardLimit : admittedBytes(gateState.forward, secret, forwardLimit)),
               handle: (secret, bytes) => relay.handle(secret, bytes),
             },
     });

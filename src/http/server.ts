@@ -44,8 +44,13 @@ export interface ServerDependencies {
    */
   forwarded?: {
     limitBytes: number;
-    /** False: the secret is not this epoch's, answered 401 before the body is read (an edge thread judges by what the state thread last posted). */
-    mayAccept?(secret: string): boolean;
+    /**
+     * Bytes a forward with this secret may send (forward-protocol.ts admittedBytes): 0, the
+     * secret is not this epoch's, answered 401 before the body is read; under limitBytes, the
+     * node does not lead and answers 503, before reading more than that. An edge thread judges
+     * by what the state thread last posted. Absent: limitBytes.
+     */
+    admittedBytes?(secret: string): number;
     handle(secret: string, bytes: Buffer): Promise<ForwardReply>;
   } | null;
 }
@@ -82,6 +87,7 @@ function refuseEarly(env: RequestEnvironment, route: WriteRoute, res: HttpRespon
 const CLOSE: SendOptions = { close: true };
 
 const SHUTTING_DOWN = 'the server is shutting down';
+const NOT_LEADING = 'this node is not the cluster\'s leader now; nothing was applied';
 
 export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServer> {
   const { settings, auth, workspaces, log } = deps;
@@ -191,7 +197,12 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       const requestId = idOf(req);
       if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
       const secret = req.getHeader(FORWARD_SECRET_HEADER);
-      if (forwarded.mayAccept?.(secret) === false) return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
+      const admitted = forwarded.admittedBytes?.(secret) ?? forwarded.limitBytes;
+      if (admitted === 0) return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
+      const declared = declaredBytes(req.getHeader(H_CONTENT_LENGTH));
+      // Not leading: a body bigger than this node reads then gets its 503 now (see admittedBytes).
+      const notLeading = (): void => sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] });
+      if (declared > admitted) return admitted < forwarded.limitBytes ? notLeading() : sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
       env.inFlight++;
       let finished = false;
       let aborted = false;
@@ -207,11 +218,12 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
 
       // One buffer, whatever the chunking (body-buffer.ts): a Buffer per chunk let a body sent one
       // byte per chunk take hundreds of times its size, before the secret is even checked.
-      const body = new BodyBuffer(declaredBytes(req.getHeader(H_CONTENT_LENGTH)), forwarded.limitBytes);
+      const body = new BodyBuffer(declared, admitted);
       res.onData((chunk, isLast) => {
         if (finished) return;
-        if (body.byteLength + chunk.byteLength > forwarded.limitBytes) {
-          sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+        if (body.byteLength + chunk.byteLength > admitted) {
+          if (admitted < forwarded.limitBytes) notLeading();
+          else sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
           return finish();
         }
         // uWS reuses the chunk's memory after we return: the buffer copies it.
