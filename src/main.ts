@@ -332,7 +332,7 @@ async function main(): Promise<void> {
       log: log.child({ component: 'forward' }),
       onRefused: () => clusterCounters?.forwardRefused(),
     });
-    gate = forwardingGate(clusterNode, leaderLink);
+    gate = forwardingGate(clusterNode, leaderLink, auth);
     sink = new SwitchingSink(() => clusterNode.role === 'leader', executor, leaderLink);
     forwardEndpoint = new ForwardEndpoint(clusterNode, executor, auth, log, clusterCounters);
   }
@@ -387,7 +387,7 @@ async function main(): Promise<void> {
       rateLimits,
       gate,
       clusterStatus,
-      forwarded: forwardEndpoint === null ? null : { limitBytes: forwardLimitBytes(settings), admittedBytes: (secret) => forwardEndpoint.admittedBytes(secret, forwardLimitBytes(settings)), handle: (secret, bytes) => forwardEndpoint.handle(secret, bytes) },
+      forwarded: forwardEndpoint === null ? null : { limitBytes: forwardLimitBytes(settings), judge: (secret) => forwardEndpoint.judge(secret), handle: (secret, bytes) => forwardEndpoint.handle(secret, bytes) },
     });
     leadingChanged = (on) => mainServer.setLink(on ? null : followerLink);
     server = mainServer;

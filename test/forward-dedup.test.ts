@@ -52,3 +52,16 @@ test('bounded by count, bytes and age, oldest answered first; a forgotten comman
   for (let id = 1; id <= 10; id++) small.take('o', id, () => undefined, 0)!(answer(id, 'x'.repeat(500)));
   assert.ok(small.size <= 4, `bytes bound the table (${small.size} entries of ~650 bytes in 2,000)`);
 });
+
+test('commands running at the table\'s front do not stop it forgetting answered ones (it gave up after 64 running ones, and grew past every limit while they ran)', () => {
+  const dedup = new ForwardDedup({ maxEntries: 1_000, maxBytes: 1_000_000_000, maxAgeMs: 1_000_000 });
+  const running: Array<(a: Answer) => void> = [];
+  for (let id = 1; id <= 200; id++) running.push(dedup.take('slow', id, () => undefined, 0)!);
+  for (let id = 1; id <= 5_000; id++) dedup.take('o', id, () => undefined, 0)!(answer(id));
+  assert.ok(dedup.size <= 1_001, `the 200 running and the answered ones last, up to the limit (and the one just taken): ${dedup.size}`);
+  // The running ones are all still known, and answered once they end.
+  const got: Answer[] = [];
+  for (let id = 1; id <= 200; id++) assert.equal(dedup.take('slow', id, (a) => got.push(a), 0), null);
+  running.forEach((done, i) => done(answer(i + 1)));
+  assert.equal(got.length, 200);
+});

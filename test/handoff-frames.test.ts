@@ -66,6 +66,17 @@ test('answers round-trip through a frame, in order', () => {
   );
 });
 
+test('a command kind that is not one of the four, `__proto__` and `toString` included, is refused (it named an object\'s property and left a forward unanswered)', () => {
+  const writer = new CommandWriter();
+  writer.add({ id: 1, kind: 'json', route: 'track_event', workspace: 'w', keyHash: 'h', param: '', at: 0, requestId: 'r', idempotencyKey: '', scope: [0, 0, 0], fingerprint: [0, 0], gzip: false, text: '{}', bytes: null });
+  const frame = writer.take();
+  assert.equal(readCommands(frame)[0]!.kind, 'json');
+  for (const kind of ['__proto__', 'toString', 'constructor', 'x', '']) {
+    const text = frame.text.replace('1:j', `${kind.length}:${kind}`);
+    assert.throws(() => readCommands({ text, blobs: [] }), FrameError, kind);
+  }
+});
+
 test('a frame cut short, or naming a blob it lacks, is refused whole', () => {
   fc.assert(
     fc.property(fc.array(command, { minLength: 1, maxLength: 5 }), fc.nat(), (commands, cutAt) => {

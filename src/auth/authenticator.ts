@@ -41,6 +41,8 @@ export class Authenticator {
   private reloading: Promise<boolean> | null = null;
   /** Set while the source cannot be read (logged once, until it can be again). */
   private unreachable = false;
+  /** When the stored keys were last read (performance.now()), or null before the first read. */
+  private lastReadAtMs: number | null = null;
   /** The first start could not be decided yet (source unreachable): retried on every poll. */
   private firstStartPending: ((key: string) => void) | null = null;
   private stopped = false;
@@ -173,6 +175,7 @@ export class Authenticator {
         this.lastList = keys;
         this.keysChanged?.(keys);
       }
+      this.lastReadAtMs = performance.now();
       if (this.unreachable) {
         this.unreachable = false;
         this.log?.info('stored keys can be read again');
@@ -182,6 +185,14 @@ export class Authenticator {
       if (!this.stopped) this.unreachableNow(error);
       return false;
     }
+  }
+
+  /**
+   * Milliseconds since the stored keys were last read (the version, and the keys when it moved),
+   * Infinity before the first read. A node whose reads fail keeps its last keys; this says how old.
+   */
+  keysAgeMs(nowMs: number = performance.now()): number {
+    return this.lastReadAtMs === null ? Infinity : nowMs - this.lastReadAtMs;
   }
 
   private unreachableNow(error: unknown): void {

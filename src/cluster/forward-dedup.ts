@@ -26,8 +26,6 @@ export const DEFAULT_DEDUP_LIMITS: DedupLimits = {
 
 /** Origins whose forgotten ids are kept at most (a follower's process makes one; restarts add more). */
 const MAX_ORIGINS = 4096;
-/** Running entries one eviction looks past at most before it gives up until the next call. */
-const MAX_RUNNING_SKIPPED = 64;
 /** Counted for an entry besides its answer's body: the key, the object, the map's slot. */
 const ENTRY_OVERHEAD_BYTES = 150;
 
@@ -57,6 +55,13 @@ export function forgottenAnswer(id: number): Answer {
 }
 
 export class ForwardDedup {
+  /**
+   * Commands still running, and those answered, in the order their answers came: eviction looks
+   * at answered ones only, oldest first. (One map for both let running commands at its front stop
+   * eviction, which gave up after 64 of them, so the table grew past every limit while they ran;
+   * found by a review, 2026-11-28.)
+   */
+  private readonly running = new Map<string, Entry>();
   private readonly entries = new Map<string, Entry>();
   private readonly forgottenUpTo = new Map<string, number>();
   private bytes = 0;
@@ -64,7 +69,7 @@ export class ForwardDedup {
   constructor(private readonly limits: DedupLimits = DEFAULT_DEDUP_LIMITS) {}
 
   get size(): number {
-    return this.entries.size;
+    return this.running.size + this.entries.size;
   }
 
   /**
@@ -75,7 +80,7 @@ export class ForwardDedup {
   take(origin: string, id: number, reply: Reply, nowMs: number): Reply | null {
     this.evict(nowMs);
     const key = origin + '\n' + id;
-    const seen = this.entries.get(key);
+    const seen = this.running.get(key) ?? this.entries.get(key);
     if (seen !== undefined) {
       if (seen.answer !== null) reply(seen.answer);
       else (seen.waiters ??= []).push(reply);
@@ -87,10 +92,12 @@ export class ForwardDedup {
       return null;
     }
     const entry: Entry = { answer: null, waiters: null, atMs: nowMs, bytes: ENTRY_OVERHEAD_BYTES + key.length, origin, id };
-    this.entries.set(key, entry);
+    this.running.set(key, entry);
     this.bytes += entry.bytes;
     return (answer) => {
       if (entry.answer !== null) return;
+      this.running.delete(key);
+      this.entries.set(key, entry);
       entry.answer = answer;
       entry.atMs = performance.now();
       const more = answer.body.length + answer.headerValue.length;
@@ -104,18 +111,12 @@ export class ForwardDedup {
     };
   }
 
-  /** Forgets answered entries from the oldest on, while over a limit. */
+  /** Forgets answered entries from the oldest on, while over a limit (running ones count, and stay). */
   private evict(nowMs: number): void {
     const { maxEntries, maxBytes, maxAgeMs } = this.limits;
-    let running = 0;
     for (const [key, entry] of this.entries) {
-      const over = this.entries.size > maxEntries || this.bytes > maxBytes || nowMs - entry.atMs > maxAgeMs;
+      const over = this.size > maxEntries || this.bytes > maxBytes || nowMs - entry.atMs > maxAgeMs;
       if (!over) return;
-      if (entry.answer === null) {
-        // Still running: kept, and looked past (a few only, so that a call stays cheap).
-        if (++running > MAX_RUNNING_SKIPPED) return;
-        continue;
-      }
       this.entries.delete(key);
       this.bytes -= entry.bytes;
       const before = this.forgottenUpTo.get(entry.origin);

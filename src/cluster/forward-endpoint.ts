@@ -14,7 +14,7 @@ import { ERRORS, errorBody } from '../http/errors.ts';
 import type { CommandSink } from '../state/command-sink.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { ForwardDedup } from './forward-dedup.ts';
-import { admittedBytes, sameSecret, type ForwardAdmission, type ForwardReply } from './forward-protocol.ts';
+import { judgeForward, sameSecret, type ForwardAdmission, type ForwardReply, type ForwardVerdict } from './forward-protocol.ts';
 
 /** What the endpoint needs of the cluster node. */
 export interface ForwardingLeader {
@@ -45,16 +45,16 @@ export class ForwardEndpoint {
   ) {}
 
   /**
-   * Bytes a forward with `secret` may send (admittedBytes): judged from the header alone, the HTTP
-   * layer answers 401 before it reads a body that fails (it read up to the endpoint's limit, 16
-   * MiB or more, for anyone who could reach the port; found by a review). A node not leading
-   * reads a little, and handle() answers 503, which tells a follower to look for the leader again.
+   * What becomes of a forward with `secret` (judgeForward), from its header alone: the HTTP layer
+   * answers 401 before it reads a body that fails (it read up to the endpoint's limit, 16 MiB or
+   * more, for anyone who could reach the port; found by a review). A node not leading drains the
+   * body unkept and answers 503, which tells a follower to look for the leader again.
    */
-  admittedBytes(secret: string, limitBytes: number): number {
-    return admittedBytes(this.admission(), secret, limitBytes);
+  judge(secret: string): ForwardVerdict {
+    return judgeForward(this.admission(), secret);
   }
 
-  /** What admittedBytes() judges by, for edge threads (they hold the connections, HTTP_THREADS > 1). */
+  /** What judge() judges by, for edge threads (they hold the connections, HTTP_THREADS > 1). */
   admission(): ForwardAdmission {
     return { open: this.node.refusal() !== null, secret: this.node.forwardSecret() };
   }

@@ -42,10 +42,9 @@ export function forwardLimitBytes(settings: Pick<Settings, 'bodyLimitBytes' | 'm
 
 /**
  * What a forward is judged by from its header alone, before its body (up to forwardLimitBytes) is
- * read: while the node does not take writes (`open`) any secret is read, up to
- * NOT_LEADING_READ_BYTES, and the endpoint answers 503; otherwise only this epoch's `secret`
- * (none: nothing). Plain data, so the state thread can post it to its edge threads, which hold
- * the connections (HTTP_THREADS > 1).
+ * read: while the node does not take writes (`open`) any secret passes, and the body is drained
+ * unkept for a 503; otherwise only this epoch's `secret` (none: nothing). Plain data, so the
+ * state thread can post it to its edge threads, which hold the connections (HTTP_THREADS > 1).
  */
 export interface ForwardAdmission {
   open: boolean;
@@ -53,19 +52,18 @@ export interface ForwardAdmission {
 }
 
 /**
- * What a node that does not lead reads of a forward before it answers 503. It cannot check the
- * secret (it does not know the epoch the follower thinks leads), so it must not read 16 MiB for
- * anyone who reaches its port (found by a review, 2026-11-28). A frame up to this size, most of
- * them, is read to its end, so that the follower gets a clean 503 on a connection kept alive
- * (closing a connection with unread bytes resets it, which a follower counts as "may have been
- * applied"); a bigger one is answered 503 from its header or as soon as it grows past this.
+ * What becomes of a forward, by its header: `read` (this epoch's secret, on the leader);
+ * `refuse`, 401 before its body; `drain`, the node does not lead: its body is read and dropped as
+ * it comes, and it gets 503. Such a node cannot judge the secret (it does not know the epoch the
+ * follower thinks leads), and used to keep up to 16 MiB a request for anyone who reached its port
+ * (found by a review, 2026-11-28). Not answered before the body's end: closing a connection with
+ * unread bytes resets it, and a follower counts a reset as "may have been applied".
  */
-export const NOT_LEADING_READ_BYTES = 64 * 1024;
+export type ForwardVerdict = 'read' | 'refuse' | 'drain';
 
-/** Bytes a forward carrying `secret` may send before its answer (0: 401 from its header). */
-export function admittedBytes(admission: ForwardAdmission, secret: string, limitBytes: number): number {
-  if (admission.open) return Math.min(NOT_LEADING_READ_BYTES, limitBytes);
-  return admission.secret !== null && sameSecret(secret, admission.secret) ? limitBytes : 0;
+export function judgeForward(admission: ForwardAdmission, secret: string): ForwardVerdict {
+  if (admission.open) return 'drain';
+  return admission.secret !== null && sameSecret(secret, admission.secret) ? 'read' : 'refuse';
 }
 
 /** `sent` is `own`, compared in constant time. */

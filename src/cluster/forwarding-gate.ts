@@ -3,17 +3,34 @@
 // them (leader-link.ts): it refuses (503 with Retry-After) only once it could not reach a leader
 // for the whole forward deadline, and its /readyz means "a leader answers it". The state side
 // (the CommandExecutor) keeps the node's own gate: only the leader applies.
+//
+// A follower that cannot read the cluster's keys (cut off from PostgreSQL, still reaching the
+// leader) is not ready either: it would answer 401 to a key created since (the leader re-checks
+// the key of each forwarded write, so a revoked one stays refused), and CONTRACT.md §12 says
+// /readyz is 503 on every node PostgreSQL does not answer. It kept taking traffic (found by a
+// review, 2026-11-28). It still forwards the writes sent to it.
 import type { WriteGate } from '../http/write-gate.ts';
 import type { ClusterNode } from './cluster-node.ts';
 import type { LeaderLink } from './leader-link.ts';
 
-export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link: Pick<LeaderLink, 'refusal' | 'notReady'>): WriteGate {
+/**
+ * Keys unread this long make a follower not ready: a few failed polls (every KEYS_POLL_MS, 500 ms),
+ * not one slow one (a read waits for a PostgreSQL connection first).
+ */
+export const KEYS_STALE_MS = 3_000;
+
+export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link: Pick<LeaderLink, 'refusal' | 'notReady'>, keys: { keysAgeMs(): number }): WriteGate {
   return {
     refusal: () => {
       if (node.role !== 'leader') return link.refusal();
       const reason = node.refusal();
       return reason === null ? null : { message: reason, retryAfterSeconds: 1 };
     },
-    notReady: () => (node.role === 'leader' ? node.refusal() : link.notReady()),
+    notReady: () => {
+      if (node.role === 'leader') return node.refusal();
+      const unread = keys.keysAgeMs();
+      if (unread > KEYS_STALE_MS) return `this node cannot read the cluster's keys from PostgreSQL (last read ${Number.isFinite(unread) ? `${Math.round(unread / 1000)} s ago` : 'never'})`;
+      return link.notReady();
+    },
   };
 }

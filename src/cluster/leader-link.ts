@@ -426,7 +426,9 @@ export class LeaderLink implements CommandSink {
         // The leader took the frame and could not run it (another version, a bug): nothing to
         // retry that would go better. The client may retry.
         this.options.log.error({ leader: target.name, status: outcome.status, answer: outcome.text.slice(0, 500) }, 'the leader refused forwarded writes');
-        for (const f of frame) this.refuse(f, `the cluster's leader refused the forwarded write (${outcome.status}); nothing was applied`);
+        // 400 (not a frame) and 413 come before any command runs; a 500 (the leader's handler
+        // threw) may come after some of the frame's commands ran (found by a review).
+        for (const f of frame) this.refuse(f, `the cluster's leader refused the forwarded write (${outcome.status}); ${outcome.status >= 500 ? 'it may or may not have been applied' : 'nothing was applied'}`);
         return;
     }
   }

@@ -23,7 +23,7 @@ import { StateHeartbeat } from './state-heartbeat.ts';
 import { SharedRateLimits } from './shared-rate-limits.ts';
 import { ThreadLink } from './thread-link.ts';
 import { ForwardRelay } from './forward-relay.ts';
-import { admittedBytes, forwardLimitBytes } from '../cluster/forward-protocol.ts';
+import { judgeForward, forwardLimitBytes } from '../cluster/forward-protocol.ts';
 
 /** A question to the state thread (/metrics, /cluster) waits at most this long. */
 const ASK_TIMEOUT_MS = 5_000;
@@ -63,7 +63,6 @@ async function run(): Promise<void> {
   const link = new ThreadLink(port, auth);
   // Cluster mode: followers' forwarded frames go to the state thread, which runs them when it leads.
   const relay = start.clustered ? new ForwardRelay(port) : null;
-  const forwardLimit = forwardLimitBytes(settings);
 
   let nextAsk = 1;
   const asked = new Map<number, { done: (told: { text: string; contentType: string }) => void; fail: (error: Error) => void }>();
@@ -108,8 +107,8 @@ async function run(): Promise<void> {
         relay === null
           ? null
           : {
-              limitBytes: forwardLimit,
-              admittedBytes: (secret) => (gateState.forward === null ? forwardLimit : admittedBytes(gateState.forward, secret, forwardLimit)),
+              limitBytes: forwardLimitBytes(settings),
+              judge: (secret) => (gateState.forward === null ? 'read' : judgeForward(gateState.forward, secret)),
               handle: (secret, bytes) => relay.handle(secret, bytes),
             },
     });

@@ -20,7 +20,8 @@
 export type CommandKind = 'json' | 'none' | 'bytes' | 'raw';
 
 const KIND_CODES: Record<CommandKind, string> = { json: 'j', none: 'n', bytes: 'b', raw: 'r' };
-const KINDS: Record<string, CommandKind> = { j: 'json', n: 'none', b: 'bytes', r: 'raw' };
+// A Map, not an object: a kind field such as `__proto__` or `toString` must not name anything.
+const KINDS = new Map<string, CommandKind>([['j', 'json'], ['n', 'none'], ['b', 'bytes'], ['r', 'raw']]);
 
 export interface Command {
   /** Unique per sender (an edge thread, a follower's process): an answer names its command. */
@@ -161,7 +162,7 @@ export function readCommands(frame: Frame): Command[] {
   const out: Command[] = [];
   while (!r.done) {
     const id = r.number();
-    const kind = KINDS[r.string()];
+    const kind = KINDS.get(r.string());
     if (kind === undefined) throw new FrameError('unknown command kind');
     const route = r.string();
     const workspace = r.string();

@@ -19,7 +19,7 @@ import { requestIdFor } from './request-id.ts';
 import { ERRORS, type ErrorSpec } from './errors.ts';
 import { leaveRequest, PendingRequest, type RequestEnvironment, type StateLink, type WriteRoute } from './pending-request.ts';
 import { OK, send, sendError, statusLine, type SendOptions } from './respond.ts';
-import { FORWARD_PATH, FORWARD_SECRET_HEADER, type ForwardReply } from '../cluster/forward-protocol.ts';
+import { FORWARD_PATH, FORWARD_SECRET_HEADER, type ForwardReply, type ForwardVerdict } from '../cluster/forward-protocol.ts';
 
 export interface ServerDependencies {
   settings: Settings;
@@ -45,12 +45,12 @@ export interface ServerDependencies {
   forwarded?: {
     limitBytes: number;
     /**
-     * Bytes a forward with this secret may send (forward-protocol.ts admittedBytes): 0, the
-     * secret is not this epoch's, answered 401 before the body is read; under limitBytes, the
-     * node does not lead and answers 503, before reading more than that. An edge thread judges
-     * by what the state thread last posted. Absent: limitBytes.
+     * What becomes of a forward with this secret, by its header (forward-protocol.ts
+     * judgeForward): `refuse`, 401 before the body is read; `drain`, the node does not lead: the
+     * body is read and dropped, then 503. An edge thread judges by what the state thread last
+     * posted. Absent: `read`.
      */
-    admittedBytes?(secret: string): number;
+    judge?(secret: string): ForwardVerdict;
     handle(secret: string, bytes: Buffer): Promise<ForwardReply>;
   } | null;
 }
@@ -197,12 +197,10 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       const requestId = idOf(req);
       if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
       const secret = req.getHeader(FORWARD_SECRET_HEADER);
-      const admitted = forwarded.admittedBytes?.(secret) ?? forwarded.limitBytes;
-      if (admitted === 0) return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
+      const verdict = forwarded.judge?.(secret) ?? 'read';
+      if (verdict === 'refuse') return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
       const declared = declaredBytes(req.getHeader(H_CONTENT_LENGTH));
-      // Not leading: a body bigger than this node reads then gets its 503 now (see admittedBytes).
-      const notLeading = (): void => sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] });
-      if (declared > admitted) return admitted < forwarded.limitBytes ? notLeading() : sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+      if (declared > forwarded.limitBytes) return sendError(res, requestId, verdict === 'drain' ? ERRORS.serviceUnavailable : ERRORS.payloadTooLarge, verdict === 'drain' ? NOT_LEADING : undefined, verdict === 'drain' ? { ...CLOSE, header: ['retry-after', '1'] } : CLOSE);
       env.inFlight++;
       let finished = false;
       let aborted = false;
@@ -218,17 +216,24 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
 
       // One buffer, whatever the chunking (body-buffer.ts): a Buffer per chunk let a body sent one
       // byte per chunk take hundreds of times its size, before the secret is even checked.
-      const body = new BodyBuffer(declared, admitted);
+      // Not leading: the body is counted, not kept, and the answer is 503 (see judgeForward).
+      const body = verdict === 'drain' ? null : new BodyBuffer(declared, forwarded.limitBytes);
+      let drainedBytes = 0;
       res.onData((chunk, isLast) => {
         if (finished) return;
-        if (body.byteLength + chunk.byteLength > admitted) {
-          if (admitted < forwarded.limitBytes) notLeading();
-          else sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+        const sizeBytes = (body?.byteLength ?? drainedBytes) + chunk.byteLength;
+        if (sizeBytes > forwarded.limitBytes) {
+          sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
           return finish();
         }
         // uWS reuses the chunk's memory after we return: the buffer copies it.
-        body.append(chunk);
+        if (body === null) drainedBytes = sizeBytes;
+        else body.append(chunk);
         if (!isLast) return;
+        if (body === null) {
+          sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { header: ['retry-after', '1'] });
+          return finish();
+        }
         forwarded.handle(secret, body.bytes()).then(
           (reply) => {
             if (!aborted) {

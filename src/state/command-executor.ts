@@ -58,6 +58,10 @@ export class CommandExecutor implements CommandSink {
         case 'raw':
           if (route.handleRaw === undefined) throw new Error(`route ${route.name} takes no raw body`);
           return route.handleRaw(request, Buffer.from(command.bytes!.buffer, command.bytes!.byteOffset, command.bytes!.byteLength));
+        default:
+          // readCommands() admits the four kinds only; a command must get an answer whatever it is
+          // (a forward without one waits out the follower's deadline), so: crashed(), a 500.
+          throw new Error(`unknown command kind ${String(command.kind satisfies never)}`);
       }
     } catch (error) {
       request.crashed(error);
