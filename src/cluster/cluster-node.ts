@@ -82,6 +82,8 @@ const TRIM_EVERY_MS = 60_000;
 const TRIMMED_CHECK_EVERY_MS = 10_000;
 /** The leader copies its sinks' positions to PostgreSQL after each batch a sink confirmed, at most this often (sink-positions.ts). */
 const SINK_POSITIONS_GAP_MS = 100;
+/** A candidate that could not read the saved sink positions tries again after this (takeSinkPositions). */
+const SINK_POSITIONS_RETRY_MS = 250;
 /** Journal batches deleted per retention statement (each statement is one short transaction). */
 const TRIM_BATCHES_PER_STATEMENT = 1_000;
 
@@ -913,16 +915,31 @@ export class ClusterNode {
 
   /**
    * The sinks' positions the former leaders saved, for this node's delivery to start from
-   * (sink-positions.ts). PostgreSQL unreachable: delivery starts from this node's own, and the
+   * (sink-positions.ts). A failed read is tried again every SINK_POSITIONS_RETRY_MS while this
+   * node is still the candidate, for up to a lease: it has just reached PostgreSQL to take the
+   * lease, so a failure is most likely a blip, and starting from this node's own positions may
+   * deliver records again (a review found one failed read was enough). Still failing after that
+   * (the renewals held, so PostgreSQL answers): delivery starts from this node's own, and the
    * log says what that may cost.
    */
   private async takeSinkPositions(): Promise<void> {
-    try {
-      const saved = await this.reader.use((client) => readSinkPositions(client, this.settings.cluster));
-      const adopted = await this.host.adoptSinkPositions(saved);
-      if (adopted > 0) this.log.info({ positions: saved }, 'delivery starts from the sink positions the former leader saved');
-    } catch (error) {
-      this.log.warn({ err: error }, 'could not read the sink positions the former leader saved; delivery starts from this node\'s own (a NATS stream that removes messages may get records again)');
+    const deadlineMs = performance.now() + this.settings.leaseMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const saved = await this.reader.use((client) => readSinkPositions(client, this.settings.cluster));
+        const adopted = await this.host.adoptSinkPositions(saved);
+        if (adopted > 0) this.log.info({ positions: saved }, 'delivery starts from the sink positions the former leader saved');
+        return;
+      } catch (error) {
+        if (this.roleNow !== 'candidate') return;
+        if (performance.now() + SINK_POSITIONS_RETRY_MS >= deadlineMs) {
+          this.log.warn({ err: error, attempts: attempt }, 'could not read the sink positions the former leader saved; delivery starts from this node\'s own (a NATS stream that removes messages may get records again)');
+          return;
+        }
+        if (attempt === 1) this.log.warn({ err: error }, 'could not read the sink positions the former leader saved; trying again');
+        await new Promise((resolve) => setTimeout(resolve, SINK_POSITIONS_RETRY_MS));
+        if (this.roleNow !== 'candidate') return;
+      }
     }
   }
 
