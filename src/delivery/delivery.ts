@@ -46,7 +46,12 @@ export class Delivery {
   private stopWatching: (() => void) | null = null;
   private stopping = false;
   private watchingDurable = false;
-  private stopped: (() => void) | null = null;
+  /**
+   * Per worker being stopped: what its 'stopped' message resolves. One field for all let a worker
+   * stopped earlier (a leader that stepped down, led again and stepped down again) resolve the
+   * newer one's stop before it had saved its positions (found by a review).
+   */
+  private readonly stoppedOf = new Map<Worker, () => void>();
   /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
   private readonly reported = new Map<string, Confirmed>();
   /** A worker being stopped (stop() until it ended), or null. */
@@ -147,8 +152,11 @@ export class Delivery {
     // does not restart anything.
     this.worker = null;
     const done = new Promise<void>((resolve) => {
-      this.stopped = resolve;
-      worker.once('exit', () => resolve());
+      this.stoppedOf.set(worker, resolve);
+      worker.once('exit', () => {
+        this.stoppedOf.delete(worker);
+        resolve();
+      });
     });
     const stopping = done.then(() => {
       if (this.stoppingWorker === stopping) this.stoppingWorker = null;
@@ -191,7 +199,7 @@ export class Delivery {
       }
       else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
       else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
-      else this.stopped?.();
+      else this.stoppedOf.get(worker)?.();
     });
     worker.on('error', (error) => this.log.error({ err: error }, 'delivery worker failed'));
     this.watch(worker);
