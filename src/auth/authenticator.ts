@@ -195,6 +195,11 @@ export class Authenticator {
     return this.lastReadAtMs === null ? Infinity : nowMs - this.lastReadAtMs;
   }
 
+  /** The last read of the stored keys failed (the last keys read stay in force). */
+  get keysUnreachable(): boolean {
+    return this.unreachable;
+  }
+
   private unreachableNow(error: unknown): void {
     if (this.unreachable) return;
     this.unreachable = true;

@@ -934,6 +934,8 @@ export class ClusterNode {
         if (this.roleNow !== 'candidate') return;
         if (performance.now() + SINK_POSITIONS_RETRY_MS >= deadlineMs) {
           this.log.warn({ err: error, attempts: attempt }, 'could not read the sink positions the former leader saved; delivery starts from this node\'s own (a NATS stream that removes messages may get records again)');
+          // Adopting none still waits for this node's earlier delivery workers to save theirs.
+          await this.host.adoptSinkPositions([]);
           return;
         }
         if (attempt === 1) this.log.warn({ err: error }, 'could not read the sink positions the former leader saved; trying again');

@@ -14,12 +14,15 @@ import type { ClusterNode } from './cluster-node.ts';
 import type { LeaderLink } from './leader-link.ts';
 
 /**
- * Keys unread this long make a follower not ready: a few failed polls (every KEYS_POLL_MS, 500 ms),
- * not one slow one (a read waits for a PostgreSQL connection first).
+ * Keys unread this long, the last read having failed, make a follower not ready: a few failed
+ * polls (every KEYS_POLL_MS, 500 ms). A read that succeeds slowly (PostgreSQL busy for every
+ * node) must not take every follower out of the load balancer at once, so without a failure
+ * only KEYS_HUNG_MS counts: a read that hangs (its query times out after 5 s).
  */
 export const KEYS_STALE_MS = 3_000;
+export const KEYS_HUNG_MS = 8_000;
 
-export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link: Pick<LeaderLink, 'refusal' | 'notReady'>, keys: { keysAgeMs(): number }): WriteGate {
+export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link: Pick<LeaderLink, 'refusal' | 'notReady'>, keys: { keysAgeMs(): number; readonly keysUnreachable: boolean }): WriteGate {
   return {
     refusal: () => {
       if (node.role !== 'leader') return link.refusal();
@@ -29,7 +32,7 @@ export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link
     notReady: () => {
       if (node.role === 'leader') return node.refusal();
       const unread = keys.keysAgeMs();
-      if (unread > KEYS_STALE_MS) return `this node cannot read the cluster's keys from PostgreSQL (last read ${Number.isFinite(unread) ? `${Math.round(unread / 1000)} s ago` : 'never'})`;
+      if ((keys.keysUnreachable && unread > KEYS_STALE_MS) || unread > KEYS_HUNG_MS) return `this node cannot read the cluster's keys from PostgreSQL (last read ${Number.isFinite(unread) ? `${Math.round(unread / 1000)} s ago` : 'never'})`;
       return link.notReady();
     },
   };

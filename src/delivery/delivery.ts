@@ -54,8 +54,12 @@ export class Delivery {
   private readonly stoppedOf = new Map<Worker, () => void>();
   /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
   private readonly reported = new Map<string, Confirmed>();
-  /** A worker being stopped (stop() until it ended), or null. */
-  private stoppingWorker: Promise<void> | null = null;
+  /**
+   * Workers being stopped (stop() until each ended). All of them, not the latest only: a newer
+   * worker that ended first let adopt() and a final stop() go on while an older one was still
+   * saving its positions (found by a review, 2026-11-28).
+   */
+  private readonly stoppingWorkers = new Set<Promise<void>>();
   /** Called after each batch a sink confirmed (cluster mode: the leader shares the positions). */
   onDelivered: (() => void) | null = null;
 
@@ -124,7 +128,7 @@ export class Delivery {
    */
   async adopt(positions: readonly SinkPosition[]): Promise<number> {
     // A worker of an earlier leadership may still be stopping: its last save must come first.
-    await this.stoppingWorker;
+    await Promise.all(this.stoppingWorkers);
     if (this.worker !== null) return 0;
     const configured = new Set(this.configs.map(sinkId));
     let adopted = 0;
@@ -146,8 +150,12 @@ export class Delivery {
     if (this.restartTimer !== null) clearTimeout(this.restartTimer);
     this.stopWatching?.();
     const worker = this.worker;
-    // None, or one that died and waited to be started again: nothing to stop.
-    if (worker === null) return;
+    // None, or one that died and waited to be started again: nothing to stop but the workers
+    // stopped earlier, which may still be saving (each gives up after its own timeout).
+    if (worker === null) {
+      await Promise.all(this.stoppingWorkers);
+      return;
+    }
     // No longer the current worker: a start() meanwhile spawns a new one, and this one's exit
     // does not restart anything.
     this.worker = null;
@@ -159,9 +167,9 @@ export class Delivery {
       });
     });
     const stopping = done.then(() => {
-      if (this.stoppingWorker === stopping) this.stoppingWorker = null;
+      this.stoppingWorkers.delete(stopping);
     });
-    this.stoppingWorker = stopping;
+    this.stoppingWorkers.add(stopping);
     worker.postMessage({ type: 'stop' } satisfies MainMessage);
     this.signal.wake();
     const timer = setTimeout(() => {

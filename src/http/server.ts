@@ -223,7 +223,10 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         if (finished) return;
         const sizeBytes = (body?.byteLength ?? drainedBytes) + chunk.byteLength;
         if (sizeBytes > forwarded.limitBytes) {
-          sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+          // Draining: 503 as from the header (a follower looks for the leader again; a 413 would
+          // tell it the write cannot be taken anywhere).
+          if (body === null) sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] });
+          else sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
           return finish();
         }
         // uWS reuses the chunk's memory after we return: the buffer copies it.
