@@ -328,7 +328,10 @@ export class ClusterNode {
     return {
       node: this.name,
       role: this.roleNow === 'leader' ? 'leader' : 'follower',
-      leader: this.roleNow === 'leader' ? this.name : this.leaderName,
+      // A candidate holds the lease but takes no writes yet: naming itself leader there (with role
+      // "follower") sent scripts that pick the leader from this field to a node that refuses
+      // writes (found by a review). Unknown until it leads.
+      leader: this.roleNow === 'leader' ? this.name : this.roleNow === 'candidate' ? null : this.leaderName,
       epoch: this.epochNow,
       // On the leader: the last committed (CONTRACT §12), not the last appended to the open batch.
       appliedSeq: this.roleNow === 'leader' ? this.host.committedSeq() : this.host.appliedSeq(),
