@@ -200,7 +200,11 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
       const verdict = forwarded.judge?.(secret) ?? 'read';
       if (verdict === 'refuse') return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
       const declared = declaredBytes(req.getHeader(H_CONTENT_LENGTH));
-      if (declared > forwarded.limitBytes) return sendError(res, requestId, verdict === 'drain' ? ERRORS.serviceUnavailable : ERRORS.payloadTooLarge, verdict === 'drain' ? NOT_LEADING : undefined, verdict === 'drain' ? { ...CLOSE, header: ['retry-after', '1'] } : CLOSE);
+      // Past the limit: 413, or, draining, 503 as for any forward here (a follower then looks for
+      // the leader again; a 413 would tell it the write cannot be taken anywhere).
+      const tooBig = (): void =>
+        verdict === 'drain' ? sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] }) : sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+      if (declared > forwarded.limitBytes) return tooBig();
       env.inFlight++;
       let finished = false;
       let aborted = false;
@@ -223,10 +227,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         if (finished) return;
         const sizeBytes = (body?.byteLength ?? drainedBytes) + chunk.byteLength;
         if (sizeBytes > forwarded.limitBytes) {
-          // Draining: 503 as from the header (a follower looks for the leader again; a 413 would
-          // tell it the write cannot be taken anywhere).
-          if (body === null) sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] });
-          else sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+          tooBig();
           return finish();
         }
         // uWS reuses the chunk's memory after we return: the buffer copies it.
