@@ -56,12 +56,12 @@ export function forgottenAnswer(id: number): Answer {
 
 export class ForwardDedup {
   /**
-   * Commands still running, and those answered, in the order their answers came: eviction looks
-   * at answered ones only, oldest first. (One map for both let running commands at its front stop
-   * eviction, which gave up after 64 of them, so the table grew past every limit while they ran;
-   * found by a review, 2026-11-28.)
+   * Commands still running: never evicted, so kept apart. (In one map with the answered ones,
+   * running commands at its front stopped eviction, which gave up after 64 of them, so the table
+   * grew past every limit while they ran; found by a review, 2026-11-28.)
    */
   private readonly running = new Map<string, Entry>();
+  /** Commands answered, in the order their answers came: eviction looks here, oldest first. */
   private readonly entries = new Map<string, Entry>();
   private readonly forgottenUpTo = new Map<string, number>();
   private bytes = 0;

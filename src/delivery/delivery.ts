@@ -46,12 +46,6 @@ export class Delivery {
   private stopWatching: (() => void) | null = null;
   private stopping = false;
   private watchingDurable = false;
-  /**
-   * Per worker being stopped: what its 'stopped' message resolves. One field for all let a worker
-   * stopped earlier (a leader that stepped down, led again and stepped down again) resolve the
-   * newer one's stop before it had saved its positions (found by a review).
-   */
-  private readonly stoppedOf = new Map<Worker, () => void>();
   /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
   private readonly reported = new Map<string, Confirmed>();
   /**
@@ -159,12 +153,13 @@ export class Delivery {
     // No longer the current worker: a start() meanwhile spawns a new one, and this one's exit
     // does not restart anything.
     this.worker = null;
+    // This worker's own 'stopped' message (a shared field let an older worker's message end a
+    // newer stop() before that worker had saved its positions; found by a review).
     const done = new Promise<void>((resolve) => {
-      this.stoppedOf.set(worker, resolve);
-      worker.once('exit', () => {
-        this.stoppedOf.delete(worker);
-        resolve();
+      worker.on('message', (message: WorkerMessage) => {
+        if (message.type === 'stopped') resolve();
       });
+      worker.once('exit', () => resolve());
     });
     const stopping = done.then(() => {
       this.stoppingWorkers.delete(stopping);
@@ -207,7 +202,7 @@ export class Delivery {
       }
       else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
       else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
-      else this.stoppedOf.get(worker)?.();
+      // 'stopped': stop() listens for it.
     });
     worker.on('error', (error) => this.log.error({ err: error }, 'delivery worker failed'));
     this.watch(worker);
