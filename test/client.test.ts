@@ -453,6 +453,73 @@ describe('intake/client', () => {
     await cut.close();
   });
 
+  test('batches queued behind one that gives up on an unreachable server fail by their own deadline, counted from when they were queued: close() takes about retryDeadlineMs, not one deadline per batch', async () => {
+    const probe = await startFaultProxy(server.url);
+    const closedUrl = probe.url;
+    await probe.close();
+    const c = createClient({ url: closedUrl, serviceKey: KEY_A, ...FAST, maxBatchItems: 1, maxConcurrentBatches: 1, retryDeadlineMs: 600 });
+    const started = Date.now();
+    const results = Array.from({ length: 6 }, (_, i) => outcome(c.upsertProduct({ id: `queued-dl-${i}`, name: 'n' })));
+    await c.close();
+    const took = Date.now() - started;
+    // One deadline per batch, one batch at a time, was 6 × 600 ms.
+    assert.ok(took >= 500 && took < 1_800, `close() took ${took} ms`);
+    const errors = (await Promise.all(results)).map(rejection);
+    for (const error of errors) {
+      assert.ok(error instanceof IntakeUnavailableError);
+      assert.equal(error.mayHaveBeenApplied, false);
+    }
+    // Those that got their slot after the deadline were not sent at all (how many is timing:
+    // the first gives up as soon as its next wait would end past the deadline, and the next
+    // ones use what is left of it).
+    for (const error of errors) if ((error as IntakeUnavailableError).attempts === 0) assert.match((error as Error).message, /gave up before sending it .*; it was not applied/);
+  });
+
+  test('a queue the server works through slowly is not failed for waiting: the deadline restarts with each write the server settles', async () => {
+    const proxy = await proxyTo(server, () => ({ kind: 'delay', ms: 250 }));
+    const c = client(proxy.url, { maxBatchItems: 1, maxConcurrentBatches: 1, retryDeadlineMs: 700 });
+    const writes = Array.from({ length: 6 }, (_, i) => c.upsertProduct({ id: `slow-queue-${i}`, name: 'n' }));
+    const started = Date.now();
+    await Promise.all(writes);
+    // The last write waited far longer than retryDeadlineMs in the queue, and still landed.
+    assert.ok(Date.now() - started > 1_400, 'the queue took longer than one deadline');
+    await c.close();
+  });
+
+  test('a redirect is not followed: the write fails with IntakeRequestError naming the Location, and nothing (no service key) reaches it', async () => {
+    const elsewhere = await proxyTo(server);
+    const proxy = await proxyTo(server, () => ({ kind: 'status', status: 302, headers: { location: `${elsewhere.url}/batch` } }));
+    const c = client(proxy.url);
+    for (const status of [302, 307, 308]) {
+      proxy.plan = () => ({ kind: 'status', status, headers: { location: `${elsewhere.url}/batch` } });
+      const error = rejection(await outcome(c.upsertProduct({ id: `redirected-${status}`, name: 'n' })));
+      assert.ok(error instanceof IntakeRequestError, String(error));
+      assert.equal(error.status, status);
+      assert.equal(error.location, `${elsewhere.url}/batch`);
+      assert.match(error.message, new RegExp(`${status}: a redirect to ${elsewhere.url}/batch, not followed`));
+    }
+    assert.equal(proxy.seen.length, 3, 'one attempt each: not retried');
+    assert.equal(elsewhere.seen.length, 0, 'the redirect target got nothing');
+    await c.close();
+  });
+
+  test('the flush interval counts from each write\'s own enqueue: a write left at the head when the bytes limit sent the older one waits its whole interval', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 400, maxBatchBytes: 2_000 });
+    const first = c.upsertProduct({ id: 'interval-1', name: 'n', description: 'd'.repeat(400) });
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    // Together over maxBatchBytes: the first leaves alone at once, the second is the new head,
+    // younger by 250 ms.
+    const secondAtMs = Date.now();
+    const second = c.upsertProduct({ id: 'interval-2', name: 'n', description: 'd'.repeat(1_500) });
+    await Promise.all([first, second]);
+    assert.equal(proxy.seen.length, 2);
+    const waitedMs = proxy.seen[1]!.atMs - secondAtMs;
+    // The timer set for the first write fired 150 ms after the second was queued, and sent it then.
+    assert.ok(waitedMs >= 370, `the second write left after ${waitedMs} ms, not its 400`);
+    await c.close();
+  });
+
   test('every write keeps its Idempotency-Key across retries (given or made), and bodies above gzipThresholdBytes go gzip\'d', async () => {
     const proxy = await proxyTo(server, (n) => (n <= 2 ? { kind: 'drop-after' } : { kind: 'pass' }));
     const c = client(proxy.url, { flushIntervalMs: 60_000, gzipThresholdBytes: 1_000 });

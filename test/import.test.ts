@@ -221,6 +221,35 @@ describe('npm run import', () => {
     assert.match(run.stderr, /2,000 of 4,000 line\(s\) done .*: 2,000 ok, 0 failed; interrupted: run the same command again to send the rest/);
   });
 
+  test('a second Ctrl-C, later, quits at once: the failed lines so far and every line still unanswered ("may or may not have been applied") are in <file>.failed.ndjson', async () => {
+    const lines = Array.from({ length: 4_000 }, (_, i) => JSON.stringify({ id: `quit-${i}`, name: `P ${i}` }));
+    lines[0] = 'this is not JSON';
+    const file = writeNdjson('quit.ndjson', lines);
+    let signal: (signal?: NodeJS.Signals) => void = () => {};
+    const proxy = await startFaultProxy(server.url, (request) => {
+      if (request.n === 1) {
+        signal('SIGINT');
+        setTimeout(() => signal('SIGINT'), 800);
+      }
+      // Never answered: the lines sent stay unanswered until the second Ctrl-C.
+      return { kind: 'hang' };
+    });
+    proxies.push(proxy);
+    const run = await runImport(['products', file], proxy.url, (s) => (signal = s));
+    assert.equal(run.code, 130, run.stderr);
+    const quit = /quit with ([\d,]+) line\(s\) unanswered \(may or may not have been applied\)/.exec(run.stderr);
+    assert.ok(quit, run.stderr);
+    const unanswered = Number(quit[1]!.replaceAll(',', ''));
+    assert.ok(unanswered >= 1_000, run.stderr);
+    const entries = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { line: number; error: string; mayHaveBeenApplied?: boolean; item: unknown });
+    assert.equal(entries.length, 1 + unanswered);
+    assert.equal(entries[0]!.line, 1, 'the line that failed before the quit');
+    const quitEntries = entries.slice(1);
+    assert.ok(quitEntries.every((e) => e.mayHaveBeenApplied === true && /quit \(Ctrl-C twice\) before its answer/.test(e.error)));
+    assert.deepEqual(quitEntries.map((e) => e.line), Array.from({ length: unanswered }, (_, i) => i + 2), 'the lines sent, in order');
+    assert.deepEqual(quitEntries[0]!.item, { id: 'quit-1', name: 'P 1' });
+  });
+
   test('usage errors exit 2 and say why', async () => {
     const run = await runImport(['things', 'x.ndjson'], server.url);
     assert.equal(run.code, 2);

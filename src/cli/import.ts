@@ -3,7 +3,7 @@
 // Progress on stderr; a summary at the end; exit 1 if any line failed, with the failed lines in
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
-import { createReadStream, createWriteStream, realpathSync, rmSync, type WriteStream } from 'node:fs';
+import { closeSync, createReadStream, openSync, realpathSync, rmSync, writeSync } from 'node:fs';
 import { createClient, describeError, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
@@ -29,9 +29,8 @@ const BATCH_ITEMS = 1_000;
  * client's queue limits (a line over MAX_BYTES_IN_FLIGHT goes alone). Counting lines only, lines of
  * ~3.4 KB or more filled the client's 16 MiB before 5,000 were in flight, and the next lines were
  * refused (QueueFullError) and reported as failed. Two batches: one in flight and the next one
- * ready. More only waits: once the server cannot be reached, every batch queued behind the one
- * that gave up is retried for its own --retry-seconds before the import can stop (with 5,000
- * lines, ten minutes against a server that is down). */
+ * ready. More only waits, and holds memory (and, on a second Ctrl-C, more lines to report as
+ * unanswered). */
 const MAX_LINES_IN_FLIGHT = 2 * BATCH_ITEMS;
 const MAX_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 const DEFAULT_RETRY_SECONDS = 120;
@@ -121,14 +120,25 @@ async function* linesOf(file: string): AsyncGenerator<string> {
   if (pieces.length > 0) yield withoutCr(pieces.join(''));
 }
 
-/** The failed-lines file, opened (and truncated) at the first failure of this run. */
+/** A line sent and not yet answered when a second Ctrl-C quit the import. */
+class QuitBeforeAnswer extends Error {
+  constructor() {
+    super('the import was quit (Ctrl-C twice) before its answer: it may or may not have been applied; run the import again (the line keeps its Idempotency-Key, and is not applied twice)');
+  }
+}
+
+/**
+ * The failed-lines file, opened (and truncated) at the first failure of this run. Written with
+ * synchronous writes: a second Ctrl-C exits at once, and what a write stream still held was lost
+ * (a review).
+ */
 class FailedLines {
-  private out: WriteStream | null = null;
+  private fd: number | null = null;
   count = 0;
   constructor(readonly path: string) {}
 
   write(lineNumber: number, line: string, error: unknown): void {
-    this.out ??= createWriteStream(this.path);
+    this.fd ??= openSync(this.path, 'w');
     this.count++;
     let item: unknown = line;
     try {
@@ -143,13 +153,14 @@ class FailedLines {
       entry.status = error.lastStatus;
       entry.mayHaveBeenApplied = error.mayHaveBeenApplied;
     }
+    if (error instanceof QuitBeforeAnswer) entry.mayHaveBeenApplied = true;
     entry.item = item;
-    this.out.write(`${JSON.stringify(entry)}\n`);
+    writeSync(this.fd, `${JSON.stringify(entry)}\n`);
   }
 
-  close(): Promise<void> {
-    const out = this.out;
-    return out === null ? Promise.resolve() : new Promise((resolve) => out.end(resolve));
+  close(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
   }
 }
 
@@ -189,6 +200,23 @@ async function run(args: Args): Promise<number> {
   let stopped: string | null = null;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
 
+  /** Lines sent and not yet answered, by line number (at most MAX_LINES_IN_FLIGHT): a second Ctrl-C writes them to the failed file. */
+  const unanswered = new Map<number, string>();
+  const summary = (): string => {
+    const seconds = progress.elapsedSeconds();
+    let text = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed`;
+    if (failed.count > 0) text += `; failed lines and their reasons are in ${failed.path}`;
+    return text;
+  };
+  /** A second Ctrl-C: the lines still unanswered go to the failed file as "may or may not have been applied", then exit. */
+  const quitNow = (): never => {
+    const quit = new QuitBeforeAnswer();
+    for (const [n, line] of unanswered) failed.write(n, line, quit);
+    failed.close();
+    progress.finish(`${summary()}; quit with ${fmt(unanswered.size)} line(s) unanswered (may or may not have been applied): run the same command again to send the rest (lines already applied are not applied twice)`);
+    process.exit(signalStatus);
+  };
+
   let interruptedAtMs = 0;
   const onSignal = (signal: NodeJS.Signals): void => {
     const nowMs = performance.now();
@@ -196,7 +224,7 @@ async function run(args: Args): Promise<number> {
       // One Ctrl-C under `npm run import` arrives twice within milliseconds: from the terminal
       // (to the whole process group) and from npm, which passes its own on. Only a second
       // press, later, means "quit now" (a review: the first one quit at once, no summary).
-      if (nowMs - interruptedAtMs >= SIGNAL_REPEAT_MS) process.exit(signalStatus);
+      if (nowMs - interruptedAtMs >= SIGNAL_REPEAT_MS) quitNow();
       return;
     }
     interrupted = true;
@@ -208,6 +236,7 @@ async function run(args: Args): Promise<number> {
   process.on('SIGTERM', onSignal);
 
   const settle = (lineNumber: number, line: string, bytes: number, error: unknown): void => {
+    unanswered.delete(lineNumber);
     done++;
     progress.retrying = null;
     inFlight--;
@@ -238,6 +267,7 @@ async function run(args: Args): Promise<number> {
     if (interrupted || stopped !== null) break;
     inFlight++;
     inFlightBytes += bytes;
+    unanswered.set(n, line);
     try {
       sendLine(client, args.kind, line, lineKey(args.kind, fileIdentity, n, line, args.salt)).then(
         () => settle(n, line, bytes, null),
@@ -251,13 +281,11 @@ async function run(args: Args): Promise<number> {
   await client.close();
   // Every write is settled now; its handler may still be a microtask away.
   while (inFlight > 0) await new Promise<void>((resolve) => (wake = resolve));
-  await failed.close();
-  const seconds = progress.elapsedSeconds();
-  let summary = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed`;
-  if (failed.count > 0) summary += `; failed lines and their reasons are in ${failed.path}`;
-  if (interrupted) summary += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
-  else if (stopped !== null) summary += `; stopped: ${stopped}; run the same command again once the server answers (lines already applied are not applied twice)`;
-  progress.finish(summary);
+  failed.close();
+  let text = summary();
+  if (interrupted) text += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
+  else if (stopped !== null) text += `; stopped: ${stopped}; run the same command again once the server answers (lines already applied are not applied twice)`;
+  progress.finish(text);
   if (interrupted) return signalStatus;
   return failed.count > 0 ? 1 : 0;
 }

@@ -112,6 +112,33 @@ export interface BatchSlots {
 }
 
 /**
+ * No attempt starts with less than this left before its deadline. One cut short by its timeout
+ * before it could even connect counts as "may have been applied" (the abort cannot say how far it
+ * got), so writes that waited out the deadline behind an unreachable server were reported as
+ * maybe applied after a last attempt of a millisecond or two.
+ */
+const MIN_ATTEMPT_MS = 50;
+
+/** When the server last settled a write of this client (a 200 or a final answer); 0: never. Shared by the queue's batches. */
+export interface ServerProgress {
+  lastSettledAtMs: number;
+}
+
+/**
+ * When a batch that gets its slot now must be settled. The deadline counts from its oldest
+ * write's enqueue time, or from the server's last settled write if that is later: time spent in
+ * the queue counts only while the server settles nothing. Counted from the first attempt alone
+ * (as it was), every batch queued behind one that gave up on an unreachable server was retried for
+ * a whole deadline of its own, one after the other, and close() could take hours (a review).
+ * Counted from the enqueue time alone, a backlog behind a server that is merely rate limiting
+ * would fail writes never sent.
+ */
+export function batchDeadlineAtMs(writes: readonly QueuedWrite[], options: ResolvedOptions, progress: ServerProgress): number {
+  // Batches are taken in queue order: the first write is the oldest.
+  return Math.max(writes[0]!.enqueuedAtMs, progress.lastSettledAtMs) + options.retryDeadlineMs;
+}
+
+/**
  * Settles every write of `writes`, in order (items are applied by the server in the order sent;
  * halves of a split go one after the other). Its slot is asked for at once, before the body is
  * made: slots are granted in the order asked, so batches leave in the order they were taken even
@@ -119,7 +146,7 @@ export interface BatchSlots {
  * waiting for its slot is made meanwhile. Never rejects: each write's promise carries its
  * outcome, a body that cannot be made (or any other failure here) included.
  */
-export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions, slots: BatchSlots): Promise<void> {
+export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions, slots: BatchSlots, progress: ServerProgress): Promise<void> {
   const slot = slots.acquire();
   let first: Envelope | null = null;
   let failure: unknown = null;
@@ -131,13 +158,17 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   await slot;
   try {
     if (first === null) throw failure;
-    // The deadline counts from the first attempt, not from the wait for a slot.
-    const deadlineAtMs = Date.now() + options.retryDeadlineMs;
+    const deadlineAtMs = batchDeadlineAtMs(writes, options, progress);
+    if (Date.now() + MIN_ATTEMPT_MS > deadlineAtMs) {
+      // Its deadline passed in the queue, behind batches the server never answered: not sent.
+      for (const w of writes) w.reject(new IntakeUnavailableError(identity(w), 0, null, null, false));
+      return;
+    }
     let prepared: Envelope | null = first;
     const groups: QueuedWrite[][] = [writes];
     while (groups.length > 0) {
       const group = groups.shift()!;
-      const smaller = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs);
+      const smaller = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs, progress);
       prepared = null;
       if (smaller !== null) groups.unshift(...smaller);
     }
@@ -150,7 +181,7 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
 }
 
 /** Sends one group until settled; returns smaller groups instead when the server found it too large (in order). */
-async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs: number): Promise<QueuedWrite[][] | null> {
+async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs: number, progress: ServerProgress): Promise<QueuedWrite[][] | null> {
   let current = start;
   let attempts = 0;
   let retries = 0;
@@ -180,7 +211,13 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
     if (outcome.kind === 'network') {
       retryError = outcome.error;
       if (!neverConnected(outcome.error)) reached = true;
+    } else if (outcome.status >= 300 && outcome.status < 400) {
+      // fetch is told not to follow redirects (transport.ts): a redirect is a final answer that names where it pointed.
+      const location = outcome.headers.get('location');
+      for (const w of current.writes) w.reject(new IntakeRequestError(identity(w), outcome.status, null, outcome.body, location));
+      return null;
     } else if (outcome.status === 200 && lone !== null) {
+      progress.lastSettledAtMs = Date.now();
       settleFinal(lone, 200, outcome.body);
       return null;
     } else if (outcome.status === 200) {
@@ -199,6 +236,7 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
           retryStatus = result.status;
         } else settleFinal(write, result.status, result.body);
       });
+      if (again.length < current.writes.length) progress.lastSettledAtMs = Date.now();
       if (again.length === 0) return null;
       current = await envelope(again, options);
     } else if (outcome.status === 413 && current.writes.length === 1 && !current.alone) {
@@ -220,6 +258,7 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
     } else {
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
+      progress.lastSettledAtMs = Date.now();
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }
@@ -227,7 +266,7 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
     if (retryStatus !== null) lastStatus = retryStatus;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
-    if (Date.now() + delayMs >= deadlineAtMs) {
+    if (Date.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) {
       for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError, reached));
       return null;
     }

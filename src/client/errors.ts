@@ -40,9 +40,15 @@ export class IntakeRequestError extends IntakeError {
     readonly status: number,
     readonly type: string | null,
     readonly body: unknown,
+    /**
+     * A redirect's Location (a 3xx; null otherwise). Never followed: the url is meant to be the
+     * server itself, and following one sent the service key to wherever it pointed.
+     */
+    readonly location: string | null = null,
   ) {
     const text = typeof body === 'object' && body !== null && typeof (body as { message?: unknown }).message === 'string' ? (body as { message: string }).message : '';
-    super('INTAKE_REQUEST', `${write ? `${write.method} ${write.path}: ` : ''}${status}${type ? ` ${type}` : ''}${text ? `: ${text}` : ''}`);
+    const redirect = status >= 300 && status < 400 ? `: a redirect to ${location ?? '(no Location)'}, not followed (set url to the server's own address)` : '';
+    super('INTAKE_REQUEST', `${write ? `${write.method} ${write.path}: ` : ''}${status}${type ? ` ${type}` : ''}${text ? `: ${text}` : ''}${redirect}`);
   }
 }
 
@@ -68,7 +74,11 @@ export class IntakeUnavailableError extends IntakeError {
     const error = cause === null || cause === undefined ? null : `last error: ${describeError(cause)}`;
     const why = [lastStatus !== null ? `last answer ${lastStatus}` : null, error].filter((part) => part !== null).join(', ');
     const outcome = mayHaveBeenApplied ? 'it may or may not have been applied, retry with the same Idempotency-Key' : 'it was not applied: no attempt reached the server';
-    super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}gave up after ${attempts} attempt(s) (${why}); ${outcome}`, { cause });
+    const gaveUp =
+      attempts === 0
+        ? 'gave up before sending it (its retryDeadlineMs passed in the queue while the server settled no write of this client)'
+        : `gave up after ${attempts} attempt(s) (${why})`;
+    super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}${gaveUp}; ${outcome}`, { cause });
   }
 }
 

@@ -32,7 +32,11 @@ export interface ClientOptions {
   retryMaxDelayMs?: number;
   /** A server's Retry-After is honoured up to this long (default 30,000 ms). */
   retryAfterMaxMs?: number;
-  /** A batch that has not been answered within this long of its first attempt fails its writes with IntakeUnavailableError (default 120,000 ms). */
+  /**
+   * A batch not settled within this long fails its writes with IntakeUnavailableError (default
+   * 120,000 ms): counted from its oldest write's enqueue, or from the last write of this client
+   * the server settled if that is later (batchDeadlineAtMs).
+   */
   retryDeadlineMs?: number;
   /** Called once per retry, for logs and metrics. */
   onRetry?: (info: RetryInfo) => void;

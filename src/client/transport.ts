@@ -55,6 +55,10 @@ export async function attempt(request: AttemptRequest): Promise<Attempt> {
       // undici takes any Uint8Array; the DOM-derived BodyInit type does not say so.
       body: (request.body?.bytes ?? null) as BodyInit | null,
       signal: AbortSignal.timeout(Math.max(1, request.timeoutMs)),
+      // A redirect is answered, not followed: fetch sent the x-service-key header along to
+      // wherever a 302 pointed (another origin included), and a 307's body, already sent once,
+      // failed in undici and was retried as a network error (a review).
+      redirect: 'manual',
     });
     // Reading the body is part of the attempt: a connection dropped mid-answer is a network error.
     const text = await res.text();

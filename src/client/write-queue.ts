@@ -3,7 +3,7 @@
 // when it is full (items or bytes), when its oldest write has waited flushIntervalMs, or on flush().
 import { ClientClosedError, QueueFullError } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
-import { sendBatch, type BatchSlots, type QueuedWrite } from './batch-sender.ts';
+import { sendBatch, type BatchSlots, type QueuedWrite, type ServerProgress } from './batch-sender.ts';
 import { itemJson } from './item-json.ts';
 import type { WriteMethod } from './types.ts';
 
@@ -84,6 +84,8 @@ export class WriteQueue {
   private readonly unsettled = new Set<number>();
   /** Every seq below this one is settled (amortised O(1) per write, where a scan of `unsettled` would be O(n)). */
   private lowestUnsettledSeq = 1;
+  /** When the server last settled one of these writes: a batch's deadline counts from it (batchDeadlineAtMs). */
+  private readonly progress: ServerProgress = { lastSettledAtMs: 0 };
 
   constructor(private readonly options: ResolvedOptions) {}
 
@@ -178,7 +180,7 @@ export class WriteQueue {
     while (this.taken < this.options.maxConcurrentBatches + 1 && this.batchReady()) {
       const batch = this.take();
       this.taken++;
-      void sendBatch(batch, this.options, this.slots).finally(() => {
+      void sendBatch(batch, this.options, this.slots, this.progress).finally(() => {
         this.taken--;
         this.dispatch();
       });
@@ -230,10 +232,15 @@ export class WriteQueue {
     const delayMs = Math.max(0, head.enqueuedAtMs + this.options.flushIntervalMs - Date.now());
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.forceUpToSeq = Math.max(this.forceUpToSeq, this.waiting[0]?.seq ?? 0);
-      // Everything that has waited long enough leaves, not only the head.
+      // Only writes that have waited long enough leave. The head the timer was set for may have
+      // left in a full batch since, and a newer head must wait its own interval (it left at once,
+      // after a fraction of it: a review). dispatch() sets the timer again for whatever still waits.
       const now = Date.now();
-      for (const w of this.waiting) if (w.enqueuedAtMs + this.options.flushIntervalMs <= now) this.forceUpToSeq = Math.max(this.forceUpToSeq, w.seq);
+      for (const w of this.waiting) {
+        // In queue order, so oldest first: the first one still young ends the scan.
+        if (w.enqueuedAtMs + this.options.flushIntervalMs > now) break;
+        this.forceUpToSeq = Math.max(this.forceUpToSeq, w.seq);
+      }
       this.dispatch();
     }, delayMs);
   }
