@@ -9,7 +9,8 @@ import { exportLines, KEY_A, LAUNCH_INFO, startServer, T0, tempDataDir, type Tes
 import { openStore, readClusterId, writeClusterId } from '../src/journal/store.ts';
 import { clustersOfThisFile, type TestCluster, type TestNode } from './helpers/cluster.ts';
 import { postgresHarness, SHARED_POSTGRES_URL, SINK_HARNESSES, waitForHeld, withClient, type SinkTarget } from './helpers/sinks.ts';
-import { until } from './helpers/wait.ts';
+import { metric, until } from './helpers/wait.ts';
+import { startTcpProxy } from './helpers/tcp-proxy.ts';
 
 const cluster = clustersOfThisFile();
 
@@ -218,6 +219,110 @@ describe('cluster mode', () => {
     await until('the restarted node to catch up', async () => (await again.status()).appliedSeq === total);
     assert.equal((await again.status()).role, 'follower');
     assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(b.dataDir, 'events'));
+  });
+
+  test('kill -9 of the leader: a follower takes the lease over as it runs out (not up to a fifth of a lease later), and the other follower learns the new leader at once (its NOTIFY)', async () => {
+    const LEASE_MS = 3_000;
+    const c = cluster({ CLUSTER_LEASE_MS: String(LEASE_MS) });
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add();
+    const d = await c.add();
+    await until('both followers to know the leader', async () => (await b.status()).leader === a.nodeName && (await d.status()).leader === a.nodeName);
+    await a.kill();
+    const winner = await withClient(SHARED_POSTGRES_URL, async (client) => {
+      const lease = async () => {
+        const { rows } = await client.query<{ node: string; epoch: string; expires_ms: number }>(`SELECT node, epoch, (EXTRACT(EPOCH FROM expires_at) * 1000)::float8 AS expires_ms FROM intake_cluster.lease WHERE cluster = $1`, [c.name]);
+        return { node: rows[0]!.node, epoch: Number(rows[0]!.epoch), expiresMs: rows[0]!.expires_ms };
+      };
+      // A renewal sent just before the kill may still land: read the lease the dead leader left once it is settled.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const left = await lease();
+      let taken = left;
+      const deadline = performance.now() + LEASE_MS * 3;
+      while (taken.epoch === left.epoch && performance.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        taken = await lease();
+      }
+      assert.ok(taken.epoch > left.epoch, 'a follower took the lease over');
+      const seenAtMs = performance.now();
+      // The takeover set expires_at to its own clock_timestamp() + lease (read before its first renewal, a fifth of a lease later).
+      const lateMs = taken.expiresMs - LEASE_MS - left.expiresMs;
+      // About 12 ms here (the margin, a round trip). Looking every lease / 5 only, anywhere from
+      // 0 to 600 ms with each follower (99 to 177 ms in four runs with two).
+      assert.ok(lateMs >= 0 && lateMs < 75, `taken over ${Math.round(lateMs)} ms after the lease ran out`);
+      // The lease row names it (its own /cluster may not say so yet: the takeover's answer can still be on its way to it).
+      const [winner, other] = taken.node === b.nodeName ? [b, d] : [d, b];
+      await until('the other follower to name the new leader', async () => (await other.status()).leader === winner.nodeName, 5_000);
+      const learnedMs = performance.now() - seenAtMs;
+      // Reading the lease every lease / 5 only, up to 600 ms.
+      assert.ok(learnedMs < 250, `the other follower named the new leader after ${Math.round(learnedMs)} ms`);
+      return winner;
+    });
+    assert.equal(await c.leader(10_000), winner, 'the node that took the lease leads');
+  });
+
+  test('a renewal that hangs (PostgreSQL frozen) counts in intake_cluster_lease_renewal_failures_total when the lease runs out, not 10 s later when it times out, and once only when it ends late', async () => {
+    const pgUrl = new URL(SHARED_POSTGRES_URL);
+    const proxy = await startTcpProxy(pgUrl.hostname, Number(pgUrl.port || 5432));
+    try {
+      const c = cluster({ CLUSTER_POSTGRES_URL: proxy.urlFor(SHARED_POSTGRES_URL) });
+      const a = await c.add();
+      assert.equal(await c.leader(), a);
+      const failures = async () => (await metric(a, 'intake_cluster_lease_renewal_failures_total')) ?? 0;
+      assert.equal(await failures(), 0);
+      proxy.freeze();
+      const frozenAtMs = performance.now();
+      // The lease (1 s) runs out with a renewal hanging on its connection.
+      await until('the hung renewal to count', async () => (await failures()) >= 1, 5_000);
+      const countedMs = performance.now() - frozenAtMs;
+      assert.ok(countedMs < 2_500, `counted ${Math.round(countedMs)} ms after the freeze (the query timeout is 10 s)`);
+      assert.notEqual((await a.status()).role, 'leader', 'it stepped down');
+      proxy.thaw();
+      // The hung renewal now ends (late), and the node leads again: that renewal is not counted twice.
+      assert.equal(await c.leader(10_000), a);
+      assert.equal(await failures(), 1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test('intake_cluster_lag_records of a follower catching up after a cut counts from the journal\'s head, not from the last batch it read', async () => {
+    const pgUrl = new URL(SHARED_POSTGRES_URL);
+    const proxy = await startTcpProxy(pgUrl.hostname, Number(pgUrl.port || 5432));
+    try {
+      const c = cluster();
+      const a = await c.add();
+      await c.leader();
+      const b = await c.add({ env: { CLUSTER_POSTGRES_URL: proxy.urlFor(SHARED_POSTGRES_URL) } });
+      await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
+      // Cut off, it hears no NOTIFY of what the leader commits meanwhile; the leader is idle after.
+      await proxy.cut();
+      const BATCHES = 120;
+      const ITEMS = 1_000;
+      for (let i = 0; i < BATCHES; i += 4) {
+        await Promise.all(
+          [0, 1, 2, 3].map(async (j) => {
+            const requests = Array.from({ length: ITEMS }, (_, k) => ({ method: 'POST', path: '/product', body: { id: `lag-${i + j}-${k}`, name: 'L' } }));
+            const res = await a.post('/batch', { requests });
+            assert.equal(res.status, 200, res.text);
+          }),
+        );
+      }
+      const head = (await a.status()).appliedSeq;
+      await proxy.restore();
+      let largest = 0;
+      for (const deadline = performance.now() + 60_000; performance.now() < deadline; ) {
+        const lag = (await metric(b, 'intake_cluster_lag_records')) ?? 0;
+        largest = Math.max(largest, lag);
+        if (lag === 0 && (await b.status()).appliedSeq === head) break;
+      }
+      assert.equal((await b.status()).appliedSeq, head, 'caught up');
+      // From its last batch read it showed at most the 16 batches of one read (16,000 records here).
+      assert.ok(largest > (BATCHES * ITEMS) / 2, `the largest lag seen while catching up was ${largest} of ${BATCHES * ITEMS} records`);
+    } finally {
+      await proxy.close();
+    }
   });
 
   test('a follower applies the end of a burst of commits well within its 1 s poll: the leader spaces its NOTIFYs but always sends the last', async () => {

@@ -71,6 +71,15 @@ const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
 /** Renewals per lease; a follower also looks at the lease this often. */
 const RENEWALS_PER_LEASE = 5;
+/**
+ * A follower that saw the lease due to run out tries to take it this long after it should have
+ * (by the time left PostgreSQL reported, counted from the read's answer, so already a round trip
+ * late): a timer may fire a little early by the wall clock, and a takeover tried before the
+ * expiry is refused and read again.
+ */
+const LEASE_EXPIRY_MARGIN_MS = 10;
+/** A follower whose journal reads come back full reads the journal's head at most this often, for its lag (lagRecords). */
+const HEAD_READ_EVERY_MS = 1_000;
 /** A graceful stop waits this long for the lease release and for the replication loop. */
 const RELEASE_TIMEOUT_MS = 1_000;
 const STOP_WAIT_MS = 2_000;
@@ -240,6 +249,15 @@ export class ClusterNode {
   private promoteAt = 0;
   /** performance.now() until which the leader's lease surely holds (from its last renewal's send time). */
   private leaseValidUntil = 0;
+  /**
+   * A follower's view of when the live lease runs out unless renewed (performance.now(), from the
+   * time left PostgreSQL reported; null when none is live): its next look at the lease is then.
+   */
+  private leaseExpiresAtMs: number | null = null;
+  /** When the journal's head was last read (performance.now()), for lagRecords while catching up. */
+  private headReadAtMs = -Infinity;
+  /** A renewal in flight when the lease ran out was counted as failed then (not again when it ends). */
+  private renewalCounted = false;
   private running = false;
   private electing = false;
   /** The election round's renewal or takeover in flight, for stop() to wait for. */
@@ -473,7 +491,7 @@ export class ClusterNode {
     this.log.info({ node: name, address, cluster: this.settings.cluster }, 'cluster node: following, in the election');
     const everyMs = Math.max(50, Math.floor(this.settings.leaseMs / RENEWALS_PER_LEASE));
     const tick = (): void => {
-      this.electionTimer = setTimeout(() => void this.electionRound().finally(() => this.running && tick()), everyMs);
+      this.electionTimer = setTimeout(() => void this.electionRound().finally(() => this.running && tick()), this.nextLookMs(everyMs));
     };
     void this.electionRound().finally(tick);
   }
@@ -525,6 +543,17 @@ export class ClusterNode {
    */
   leave(): void {
     this.leaving = true;
+  }
+
+  /**
+   * When a node looks at the lease next: every lease / RENEWALS_PER_LEASE, but a follower that
+   * saw the lease due to run out before that looks just after it does. Looking only at the fixed
+   * rate, a follower took over up to a fifth of a lease after the expiry: 1.2 leases after the
+   * leader's last renewal, where CONTRACT §12 says one (a review).
+   */
+  private nextLookMs(everyMs: number): number {
+    if (this.roleNow !== 'follower' || this.leaseExpiresAtMs === null) return everyMs;
+    return Math.min(everyMs, Math.max(0, this.leaseExpiresAtMs + LEASE_EXPIRY_MARGIN_MS - performance.now()));
   }
 
   /** Gives the lease up, waiting at most RELEASE_TIMEOUT_MS (PostgreSQL may be unreachable). */
@@ -597,6 +626,10 @@ export class ClusterNode {
           if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
         }
         if (performance.now() - this.trimmedCheckedAtMs >= TRIMMED_CHECK_EVERY_MS) await this.readTrimmed();
+        // A full read: more may follow, further than any NOTIFY this node heard (one may have
+        // come before its LISTEN, or none while it was cut off). Its lag counts from the head,
+        // not from the last batch it read (that showed a node far behind as a few batches behind).
+        else if (batches.length === REPLICATION_BATCHES && performance.now() - this.headReadAtMs >= HEAD_READ_EVERY_MS) await this.readHead();
         if (this.replicationErrorLogged) this.log.info({ appliedSeq: this.host.appliedSeq() }, 'replication: reading the cluster\'s journal again');
         this.replicationErrorLogged = false;
         retryMs = RETRY_FIRST_MS;
@@ -645,6 +678,12 @@ export class ClusterNode {
       const first = await this.journal.firstSeq(client);
       return first === null || first > appliedSeq + 1;
     });
+  }
+
+  private async readHead(): Promise<void> {
+    this.headReadAtMs = performance.now();
+    const head = await this.reader.use((client) => this.journal.head(client));
+    this.noteHead(head.lastSeq);
   }
 
   /** The journal is known to reach `lastSeq` (read from its head): lag and catching up count from there. */
@@ -782,7 +821,8 @@ export class ClusterNode {
         });
         client.on('notification', (message) => {
           const payload = message.payload ?? '';
-          if (payload === 'released') void this.electionRound();
+          // A release (graceful stop): take over at once. A takeover: read who leads now.
+          if (payload === 'released' || (payload === 'leader' && this.roleNow === 'follower')) void this.electionRound();
           else {
             const seq = Number(payload);
             if (Number.isSafeInteger(seq) && seq > this.knownHeadSeq) this.knownHeadSeq = seq;
@@ -839,7 +879,11 @@ export class ClusterNode {
   }
 
   private async tryTakeOver(): Promise<void> {
+    // Unknown until the read answers: a read that fails must not leave a past expiry behind, or
+    // the next look would come at once, again and again, while PostgreSQL cannot be reached.
+    this.leaseExpiresAtMs = null;
     let state = await this.leaseClient.use((client) => this.lease.read(client));
+    this.leaseExpiresAtMs = state.live ? performance.now() + state.remainingMs : null;
     if (!state.exists) {
       // PostgreSQL was unreachable at start (or the rows were removed): create them now.
       await this.leaseClient.use(async (client) => {
@@ -860,7 +904,7 @@ export class ClusterNode {
     const sentAt = performance.now();
     // A new secret per epoch: a follower still holding an older one is refused (401) and reads the lease again.
     const secret = randomBytes(24).toString('base64url');
-    const taken = await this.leaseClient.use((client) => this.lease.takeOver(client, this.name, this.address, secret));
+    const taken = await this.leaseClient.use((client) => this.lease.takeOver(client, this.name, this.address, secret, channelOf(this.settings.cluster)));
     if (taken === null) return;
     this.ownSecret = secret;
     this.leaderTarget = null;
@@ -887,20 +931,31 @@ export class ClusterNode {
   private async renew(): Promise<void> {
     if (this.renewing) return;
     this.renewing = true;
+    this.renewalCounted = false;
     const sentAt = performance.now();
     const epoch = this.epochNow;
     try {
       const held = await this.leaseClient.use((client) => this.lease.renew(client, this.name, epoch));
+      // A renewal answered after the lease it was to extend ran out came too late: this node has
+      // stepped down meanwhile (armLeaseExpiry), so it failed as surely as one that threw.
+      if (performance.now() >= this.leaseValidUntil) this.countRenewalFailed();
       if (held) {
         this.leaseValidUntil = sentAt + this.settings.leaseMs;
         this.armLeaseExpiry();
       } else await this.stepDown('the lease was taken over', new NotLeadingError('another node took over as the cluster\'s leader'));
     } catch (error) {
-      this.metrics.renewalFailed();
+      this.countRenewalFailed();
       throw error;
     } finally {
       this.renewing = false;
     }
+  }
+
+  /** intake_cluster_lease_renewal_failures_total, once per renewal (late, hung, or failed). */
+  private countRenewalFailed(): void {
+    if (this.renewalCounted) return;
+    this.renewalCounted = true;
+    this.metrics.renewalFailed();
   }
 
   /** Candidate → leader, once everything committed by earlier leaders is applied here. */
@@ -1029,6 +1084,9 @@ export class ClusterNode {
     this.leaseTimer = setTimeout(
       () => {
         this.leaseTimer = null;
+        // A renewal still in flight when the lease runs out has failed (it hangs on a frozen
+        // backend or a dropping network, up to QUERY_TIMEOUT_MS): counted now, not when (if) it ends.
+        if (this.renewing && performance.now() >= this.leaseValidUntil) this.countRenewalFailed();
         if (this.running) void this.stepDownIfLeaseRanOut();
       },
       Math.max(0, this.leaseValidUntil - performance.now()) + 1,

@@ -1,6 +1,7 @@
 // A TCP proxy that can be cut and restored on the same port: a node given the proxy's address for
 // PostgreSQL loses every connection to it at once (as a network partition does) while the other
-// nodes, which reach PostgreSQL directly, go on.
+// nodes, which reach PostgreSQL directly, go on. Or frozen: every connection stays open and
+// nothing goes through (a backend that hangs, a network that drops packets), until thawed.
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 
@@ -12,27 +13,39 @@ export interface TcpProxy {
   cut(): Promise<void>;
   /** Listens again on the same port. */
   restore(): Promise<void>;
+  /** Stops passing bytes either way, connections kept open (new ones too): queries hang. */
+  freeze(): void;
+  /** Passes bytes again, those held meanwhile first. */
+  thaw(): void;
   close(): Promise<void>;
 }
 
 export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
+  const pairs = new Set<[Socket, Socket]>();
+  let frozen = false;
+  const flow = ([client, upstream]: [Socket, Socket]): void => {
+    client.pipe(upstream);
+    upstream.pipe(client);
+  };
   let server: Server | null = null;
   let port = 0;
   const listen = async (): Promise<void> => {
     const s = createServer((client) => {
       const upstream = connect(targetPort, targetHost);
-      for (const socket of [client, upstream]) {
+      const pair: [Socket, Socket] = [client, upstream];
+      pairs.add(pair);
+      for (const socket of pair) {
         sockets.add(socket);
         socket.on('error', () => undefined);
         socket.on('close', () => {
           sockets.delete(socket);
+          pairs.delete(pair);
           client.destroy();
           upstream.destroy();
         });
       }
-      client.pipe(upstream);
-      upstream.pipe(client);
+      if (!frozen) flow(pair);
     });
     await new Promise<void>((resolve, reject) => {
       s.once('error', reject);
@@ -63,5 +76,18 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     cut,
     restore: listen,
     close: cut,
+    freeze() {
+      frozen = true;
+      for (const [client, upstream] of pairs) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        client.pause();
+        upstream.pause();
+      }
+    },
+    thaw() {
+      frozen = false;
+      for (const pair of pairs) flow(pair);
+    },
   };
 }
