@@ -984,7 +984,13 @@ export class ClusterNode {
     const deadlineMs = performance.now() + this.settings.leaseMs;
     for (let attempt = 1; ; attempt++) {
       try {
-        const saved = await this.reader.use((client) => readSinkPositions(client, this.settings.cluster));
+        // Bounded by what is left of the deadline: a read that hangs (a frozen backend) would
+        // otherwise hold the promotion for its whole query timeout, 10 s, not checked until it ends.
+        const leftMs = Math.max(1, deadlineMs - performance.now());
+        const saved = await withinMs(
+          this.reader.use((client) => readSinkPositions(client, this.settings.cluster)),
+          leftMs,
+        );
         const adopted = await this.host.adoptSinkPositions(saved);
         if (adopted > 0) this.log.info({ positions: saved }, 'delivery starts from the sink positions the former leader saved');
         return;
@@ -1180,4 +1186,13 @@ export class ClusterNode {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** `promise`, or a rejection once `ms` have passed without its outcome (the timer is cleared either way). */
+function withinMs<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${Math.round(ms)} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
