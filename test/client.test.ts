@@ -486,6 +486,64 @@ describe('intake/client', () => {
     await c.close();
   });
 
+  test('waiting for the flush interval does not use up the retry deadline: a healthy server gets the write even when flushIntervalMs is longer than retryDeadlineMs', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 600, retryDeadlineMs: 500 });
+    await c.upsertProduct({ id: 'interval-over-deadline', name: 'n' });
+    assert.equal(proxy.seen.length, 1);
+    await c.close();
+    assert.throws(() => client(proxy.url, { retryDeadlineMs: 40 }), /retryDeadlineMs must be at least 50/);
+  });
+
+  test('a step of the wall clock moves neither the flush timer nor the deadline (both count on performance.now())', async () => {
+    const proxy = await proxyTo(server);
+    const c = client(proxy.url, { flushIntervalMs: 200 });
+    const realNow = Date.now;
+    const started = performance.now();
+    const write = c.upsertProduct({ id: 'clock-step', name: 'n' });
+    // Three seconds back, right after the write was queued (an NTP step, a VM resumed).
+    Date.now = () => realNow() - 3_000;
+    try {
+      await write;
+    } finally {
+      Date.now = realNow;
+    }
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs < 1_500, `the write left after ${Math.round(tookMs)} ms with a 200 ms interval`);
+    await c.close();
+  });
+
+  test('a 413 answered with less than 50 ms of the deadline left: the halves are not sent, and fail as not applied', async () => {
+    const small = await start({ BATCH_BODY_LIMIT_BYTES: '16384' });
+    // The one attempt reaches the server 955 ms into a 1,000 ms deadline, and is answered 413.
+    const proxy = await proxyTo(small, () => ({ kind: 'delay', ms: 955 }));
+    const c = client(proxy.url, { flushIntervalMs: 60_000, retryDeadlineMs: 1_000 });
+    const writes = [0, 1].map((i) => outcome(c.upsertProduct({ id: `late-split-${i}`, name: 'n', description: 'd'.repeat(10_000) })));
+    await c.flush();
+    for (const result of await Promise.all(writes)) {
+      const error = rejection(result);
+      assert.ok(error instanceof IntakeUnavailableError, String(error));
+      assert.equal(error.attempts, 0, 'this half was never sent');
+      assert.equal(error.mayHaveBeenApplied, false);
+      assert.match(error.message, /gave up before sending it \(less than 50 ms was left of its retryDeadlineMs\)/);
+    }
+    assert.equal(proxy.seen.length, 1, 'only the batch the server answered 413');
+    assert.equal(proxy.seen[0]!.upstreamStatus, 413);
+    await c.close();
+  });
+
+  test('a redirect after an attempt that may have reached the server (answer lost) fails as "may have been applied", naming the redirect', async () => {
+    const proxy = await proxyTo(server, (n) => (n === 1 ? { kind: 'drop-after' } : { kind: 'status', status: 302, headers: { location: 'http://127.0.0.1:9/maintenance' } }));
+    const c = client(proxy.url);
+    const error = rejection(await outcome(c.upsertProduct({ id: 'redirect-after-drop', name: 'n' })));
+    assert.ok(error instanceof IntakeUnavailableError, String(error));
+    assert.equal(error.mayHaveBeenApplied, true, 'the first attempt was applied, its answer lost');
+    assert.equal(error.lastStatus, 302);
+    assert.ok(error.cause instanceof IntakeRequestError && error.cause.location === 'http://127.0.0.1:9/maintenance');
+    assert.match(error.message, /a redirect to http:\/\/127\.0\.0\.1:9\/maintenance, not followed/);
+    await c.close();
+  });
+
   test('a redirect is not followed: the write fails with IntakeRequestError naming the Location, and nothing (no service key) reaches it', async () => {
     const elsewhere = await proxyTo(server);
     const proxy = await proxyTo(server, () => ({ kind: 'status', status: 302, headers: { location: `${elsewhere.url}/batch` } }));

@@ -17,7 +17,7 @@ const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson
   --key <key>   the workspace's service key (default INTAKE_SERVICE_KEY)
   --idempotency-salt <text>  send every line as a new write (default: a line imported before
                 within the server's IDEMPOTENCY_WINDOW_SECONDS is recognised, not applied again)
-  --retry-seconds <n>  how long a batch is retried while the server cannot be reached or
+  --retry-seconds <n>  how long (0.05 or more) a batch is retried while the server cannot be reached or
                 answers 503 (default 120); then the import stops (run it again to go on)
   Failed lines go to <file>.failed.ndjson with the reason; exit status 1 if any line failed.
 `;
@@ -68,7 +68,8 @@ function parseArgs(argv: readonly string[]): Args {
     else if (flag === '--retry-seconds') {
       const text = value();
       retrySeconds = Number(text);
-      if (text.trim() === '' || !Number.isFinite(retrySeconds) || retrySeconds <= 0 || retrySeconds > MAX_RETRY_SECONDS) throw new UsageError(`--retry-seconds must be a number of seconds above 0 and at most ${MAX_RETRY_SECONDS}, not ${text}`);
+      // At least the client's shortest attempt (MIN_ATTEMPT_MS, 50 ms): below it nothing would be sent.
+      if (text.trim() === '' || !Number.isFinite(retrySeconds) || retrySeconds < 0.05 || retrySeconds > MAX_RETRY_SECONDS) throw new UsageError(`--retry-seconds must be a number of seconds from 0.05 to ${MAX_RETRY_SECONDS}, not ${text}`);
     }
     else if (flag === '--help' || flag === '-h') throw new UsageError('');
     else if (flag.startsWith('--')) throw new UsageError(`unknown option ${flag}`);

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, neverConnected, type WriteIdentity } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
-import { isRetryableStatus, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
+import { isRetryableStatus, MIN_ATTEMPT_MS, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
 import { attempt, prepareBody, type PreparedBody } from './transport.ts';
 import { batchBodyBytes, itemBodyJson } from './item-json.ts';
 import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
@@ -112,30 +112,29 @@ export interface BatchSlots {
 }
 
 /**
- * No attempt starts with less than this left before its deadline. One cut short by its timeout
- * before it could even connect counts as "may have been applied" (the abort cannot say how far it
- * got), so writes that waited out the deadline behind an unreachable server were reported as
- * maybe applied after a last attempt of a millisecond or two.
+ * When the server last settled a write of this client (a 200 or a final answer; performance.now(),
+ * -Infinity: never). Shared by the queue's batches.
  */
-const MIN_ATTEMPT_MS = 50;
-
-/** When the server last settled a write of this client (a 200 or a final answer); 0: never. Shared by the queue's batches. */
 export interface ServerProgress {
   lastSettledAtMs: number;
 }
 
 /**
- * When a batch that gets its slot now must be settled. The deadline counts from its oldest
- * write's enqueue time, or from the server's last settled write if that is later: time spent in
- * the queue counts only while the server settles nothing. Counted from the first attempt alone
- * (as it was), every batch queued behind one that gave up on an unreachable server was retried for
- * a whole deadline of its own, one after the other, and close() could take hours (a review).
- * Counted from the enqueue time alone, a backlog behind a server that is merely rate limiting
- * would fail writes never sent.
+ * When a batch must be settled: retryDeadlineMs after it was ready to leave, or after the
+ * server's last settled write if that is later, so time spent waiting for a slot counts only
+ * while the server settles nothing. Ready to leave: when it was taken from the queue, or, if
+ * sooner, once its oldest write had waited flushIntervalMs (writes the slots kept in the queue past
+ * that are late already; waiting for the interval itself never counts). Counted from the first
+ * attempt alone (as it was), every batch queued behind one that gave up on an unreachable server
+ * was retried for a whole deadline of its own, one after the other, and close() could take hours
+ * (a review). Counted from the enqueue time, a backlog behind a server that is merely rate
+ * limiting would fail writes never sent, and a flushIntervalMs near the deadline would use it up.
+ * All times are performance.now(): a step of the wall clock moves none of them.
  */
-export function batchDeadlineAtMs(writes: readonly QueuedWrite[], options: ResolvedOptions, progress: ServerProgress): number {
+export function batchDeadlineAtMs(writes: readonly QueuedWrite[], takenAtMs: number, options: ResolvedOptions, progress: ServerProgress): number {
   // Batches are taken in queue order: the first write is the oldest.
-  return Math.max(writes[0]!.enqueuedAtMs, progress.lastSettledAtMs) + options.retryDeadlineMs;
+  const readyAtMs = Math.min(takenAtMs, writes[0]!.enqueuedAtMs + options.flushIntervalMs);
+  return Math.max(readyAtMs, progress.lastSettledAtMs) + options.retryDeadlineMs;
 }
 
 /**
@@ -147,6 +146,7 @@ export function batchDeadlineAtMs(writes: readonly QueuedWrite[], options: Resol
  * outcome, a body that cannot be made (or any other failure here) included.
  */
 export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions, slots: BatchSlots, progress: ServerProgress): Promise<void> {
+  const takenAtMs = performance.now();
   const slot = slots.acquire();
   let first: Envelope | null = null;
   let failure: unknown = null;
@@ -158,19 +158,15 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   await slot;
   try {
     if (first === null) throw failure;
-    const deadlineAtMs = batchDeadlineAtMs(writes, options, progress);
-    if (Date.now() + MIN_ATTEMPT_MS > deadlineAtMs) {
-      // Its deadline passed in the queue, behind batches the server never answered: not sent.
-      for (const w of writes) w.reject(new IntakeUnavailableError(identity(w), 0, null, null, false));
-      return;
-    }
+    const deadlineAtMs = batchDeadlineAtMs(writes, takenAtMs, options, progress);
     let prepared: Envelope | null = first;
-    const groups: QueuedWrite[][] = [writes];
+    // A group split from one that may have reached the server keeps saying so.
+    const groups: Array<{ writes: QueuedWrite[]; reached: boolean }> = [{ writes, reached: false }];
     while (groups.length > 0) {
       const group = groups.shift()!;
-      const smaller = await sendGroup(prepared ?? (await envelope(group, options)), options, deadlineAtMs, progress);
+      const smaller = await sendGroup(prepared ?? (await envelope(group.writes, options)), options, deadlineAtMs, progress, group.reached);
       prepared = null;
-      if (smaller !== null) groups.unshift(...smaller);
+      if (smaller !== null) groups.unshift(...smaller.groups.map((w) => ({ writes: w, reached: smaller.reached })));
     }
   } catch (error) {
     // Writes settled already ignore this (QueuedWrite settles once).
@@ -180,8 +176,18 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   }
 }
 
-/** Sends one group until settled; returns smaller groups instead when the server found it too large (in order). */
-async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs: number, progress: ServerProgress): Promise<QueuedWrite[][] | null> {
+/**
+ * Sends one group until settled; returns smaller groups instead when the server found it too
+ * large (in order), and whether an attempt may have reached the server. `reachedBefore`: the group
+ * it was split from may have.
+ */
+async function sendGroup(
+  start: Envelope,
+  options: ResolvedOptions,
+  deadlineAtMs: number,
+  progress: ServerProgress,
+  reachedBefore: boolean,
+): Promise<{ groups: QueuedWrite[][]; reached: boolean } | null> {
   let current = start;
   let attempts = 0;
   let retries = 0;
@@ -192,9 +198,17 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
    */
   let lastStatus: number | null = null;
   /** Whether some attempt may have reached the server (an answer, or a failure after connecting). */
-  let reached = false;
+  let reached = reachedBefore;
+  /** The last attempt's network error or timeout (null: it was answered). */
+  let lastError: unknown = null;
   for (;;) {
-    const remainingMs = deadlineAtMs - Date.now();
+    const remainingMs = deadlineAtMs - performance.now();
+    if (remainingMs < MIN_ATTEMPT_MS) {
+      // Too little left for an attempt (one cut short before it connects would count as maybe
+      // applied): every path here, the first attempt, a retry, a half, a write sent alone.
+      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, lastError, reached));
+      return null;
+    }
     const lone = current.alone ? current.writes[0]! : null;
     const outcome = await attempt({
       url: options.url + (lone === null ? BATCH_PATH : lone.path),
@@ -212,12 +226,18 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
       retryError = outcome.error;
       if (!neverConnected(outcome.error)) reached = true;
     } else if (outcome.status >= 300 && outcome.status < 400) {
-      // fetch is told not to follow redirects (transport.ts): a redirect is a final answer that names where it pointed.
+      // fetch is told not to follow redirects (transport.ts): a redirect is a final answer that
+      // names where it pointed. Not from the server (a proxy's, a load balancer's), it says
+      // nothing of an earlier attempt that may have reached the server: then the write may have
+      // been applied, and the error says so.
       const location = outcome.headers.get('location');
-      for (const w of current.writes) w.reject(new IntakeRequestError(identity(w), outcome.status, null, outcome.body, location));
+      for (const w of current.writes) {
+        const redirect = new IntakeRequestError(identity(w), outcome.status, null, outcome.body, location);
+        w.reject(reached ? new IntakeUnavailableError(identity(w), attempts, outcome.status, redirect, true) : redirect);
+      }
       return null;
     } else if (outcome.status === 200 && lone !== null) {
-      progress.lastSettledAtMs = Date.now();
+      progress.lastSettledAtMs = performance.now();
       settleFinal(lone, 200, outcome.body);
       return null;
     } else if (outcome.status === 200) {
@@ -236,37 +256,40 @@ async function sendGroup(start: Envelope, options: ResolvedOptions, deadlineAtMs
           retryStatus = result.status;
         } else settleFinal(write, result.status, result.body);
       });
-      if (again.length < current.writes.length) progress.lastSettledAtMs = Date.now();
+      if (again.length < current.writes.length) progress.lastSettledAtMs = performance.now();
       if (again.length === 0) return null;
       current = await envelope(again, options);
     } else if (outcome.status === 413 && current.writes.length === 1 && !current.alone) {
       current = await loneEnvelope(current.writes[0]!, options);
+      lastError = null;
       continue;
     } else if ((outcome.status === 413 || outcome.status === 422) && current.writes.length > 1) {
       // Too large for the server: its body limit (413), or its BATCH_MAX_ITEMS (a 422 of the
       // envelope; the envelope the client makes is otherwise always valid). Halves, until a
       // write alone gets the answer as its own.
-      return halves(current.writes);
+      // A 413 or a 422 applies nothing: the halves may have reached the server only if an attempt before it may have.
+      return { groups: halves(current.writes), reached };
     } else if (outcome.status === 429 && current.writes.length > (burstOf(outcome.body) ?? Infinity)) {
       // More items than the key's rate-limit burst: such a batch can never pass (it needs a token
       // per item), however long it waits. Groups of at most the burst, each then rate limited
       // as any batch.
-      return groupsOf(current.writes, burstOf(outcome.body)!);
+      return { groups: groupsOf(current.writes, burstOf(outcome.body)!), reached };
     } else if (isRetryableStatus(outcome.status)) {
       retryStatus = outcome.status;
       retryAfterMs = parseRetryAfterMs(outcome.headers.get('retry-after'));
     } else {
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
-      progress.lastSettledAtMs = Date.now();
+      progress.lastSettledAtMs = performance.now();
       for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }
     if (outcome.kind === 'answer') reached = true;
     if (retryStatus !== null) lastStatus = retryStatus;
+    lastError = retryError;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
-    if (Date.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) {
+    if (performance.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) {
       for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError, reached));
       return null;
     }

@@ -76,7 +76,7 @@ export class IntakeUnavailableError extends IntakeError {
     const outcome = mayHaveBeenApplied ? 'it may or may not have been applied, retry with the same Idempotency-Key' : 'it was not applied: no attempt reached the server';
     const gaveUp =
       attempts === 0
-        ? 'gave up before sending it (its retryDeadlineMs passed in the queue while the server settled no write of this client)'
+        ? 'gave up before sending it (less than 50 ms was left of its retryDeadlineMs)'
         : `gave up after ${attempts} attempt(s) (${why})`;
     super('INTAKE_UNAVAILABLE', `${write ? `${write.method} ${write.path}: ` : ''}${gaveUp}; ${outcome}`, { cause });
   }

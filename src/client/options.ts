@@ -1,4 +1,5 @@
 // createClient's options, their defaults and their checks. Limits carry their unit in their name.
+import { MIN_ATTEMPT_MS } from './retry-policy.ts';
 
 export interface ClientOptions {
   /** The server's base URL, e.g. http://127.0.0.1:8080 */
@@ -114,6 +115,8 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
   positive('retryMaxDelayMs', o.retryMaxDelayMs, true);
   positive('retryAfterMaxMs', o.retryAfterMaxMs, true);
   positive('retryDeadlineMs', o.retryDeadlineMs, true);
+  // Below the shortest attempt, no write would ever be sent.
+  if (o.retryDeadlineMs < MIN_ATTEMPT_MS) throw new TypeError(`intake client: retryDeadlineMs must be at least ${MIN_ATTEMPT_MS} (no attempt starts with less left), got ${o.retryDeadlineMs}`);
   return o;
 }
 

@@ -45,3 +45,11 @@ export function retryDelayMs(attempt: number, retryAfterMs: number | null, s: Ba
   const bound = Math.min(s.retryMaxDelayMs, s.retryBaseDelayMs * 2 ** Math.min(attempt - 1, 30));
   return Math.round(bound * random());
 }
+
+/**
+ * No attempt starts with less than this left before its deadline. One cut short by its timeout
+ * before it could even connect counts as "may have been applied" (the abort cannot say how far it
+ * got), so writes that waited out the deadline behind an unreachable server were reported as
+ * maybe applied after a last attempt of a millisecond or two.
+ */
+export const MIN_ATTEMPT_MS = 50;

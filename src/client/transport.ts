@@ -54,7 +54,8 @@ export async function attempt(request: AttemptRequest): Promise<Attempt> {
       headers,
       // undici takes any Uint8Array; the DOM-derived BodyInit type does not say so.
       body: (request.body?.bytes ?? null) as BodyInit | null,
-      signal: AbortSignal.timeout(Math.max(1, request.timeoutMs)),
+      // A whole number of ms (AbortSignal.timeout throws for a fraction, and the deadline is performance.now()-based).
+      signal: AbortSignal.timeout(Math.max(1, Math.floor(request.timeoutMs))),
       // A redirect is answered, not followed: fetch sent the x-service-key header along to
       // wherever a 302 pointed (another origin included), and a 307's body, already sent once,
       // failed in undici and was retried as a network error (a review).

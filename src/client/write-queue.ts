@@ -12,7 +12,8 @@ import type { WriteMethod } from './types.ts';
  * made per write; they were a fifth of the client's garbage per item, profiled).
  */
 class HeldWrite implements QueuedWrite {
-  readonly enqueuedAtMs = Date.now();
+  /** performance.now(): a step of the wall clock moves neither the flush timer nor the deadline. */
+  readonly enqueuedAtMs = performance.now();
   private settled = false;
 
   constructor(
@@ -85,7 +86,7 @@ export class WriteQueue {
   /** Every seq below this one is settled (amortised O(1) per write, where a scan of `unsettled` would be O(n)). */
   private lowestUnsettledSeq = 1;
   /** When the server last settled one of these writes: a batch's deadline counts from it (batchDeadlineAtMs). */
-  private readonly progress: ServerProgress = { lastSettledAtMs: 0 };
+  private readonly progress: ServerProgress = { lastSettledAtMs: -Infinity };
 
   constructor(private readonly options: ResolvedOptions) {}
 
@@ -229,13 +230,13 @@ export class WriteQueue {
       return;
     }
     if (this.timer !== null) return;
-    const delayMs = Math.max(0, head.enqueuedAtMs + this.options.flushIntervalMs - Date.now());
+    const delayMs = Math.max(0, head.enqueuedAtMs + this.options.flushIntervalMs - performance.now());
     this.timer = setTimeout(() => {
       this.timer = null;
       // Only writes that have waited long enough leave. The head the timer was set for may have
       // left in a full batch since, and a newer head must wait its own interval (it left at once,
       // after a fraction of it: a review). dispatch() sets the timer again for whatever still waits.
-      const now = Date.now();
+      const now = performance.now();
       for (const w of this.waiting) {
         // In queue order, so oldest first: the first one still young ends the scan.
         if (w.enqueuedAtMs + this.options.flushIntervalMs > now) break;
