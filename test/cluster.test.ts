@@ -222,7 +222,7 @@ describe('cluster mode', () => {
   });
 
   test('kill -9 of the leader: a follower takes the lease over as it runs out (not up to a fifth of a lease later), and the other follower learns the new leader at once (its NOTIFY)', async () => {
-    const LEASE_MS = 3_000;
+    const LEASE_MS = 5_000;
     const c = cluster({ CLUSTER_LEASE_MS: String(LEASE_MS) });
     const a = await c.add();
     await c.leader();
@@ -236,7 +236,7 @@ describe('cluster mode', () => {
         return { node: rows[0]!.node, epoch: Number(rows[0]!.epoch), expiresMs: rows[0]!.expires_ms };
       };
       // A renewal sent just before the kill may still land: read the lease the dead leader left once it is settled.
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await new Promise((resolve) => setTimeout(resolve, 300));
       const left = await lease();
       let taken = left;
       const deadline = performance.now() + LEASE_MS * 3;
@@ -249,14 +249,16 @@ describe('cluster mode', () => {
       // The takeover set expires_at to its own clock_timestamp() + lease (read before its first renewal, a fifth of a lease later).
       const lateMs = taken.expiresMs - LEASE_MS - left.expiresMs;
       // About 12 ms here (the margin, a round trip). Looking every lease / 5 only, anywhere from
-      // 0 to 600 ms with each follower (99 to 177 ms in four runs with two).
-      assert.ok(lateMs >= 0 && lateMs < 75, `taken over ${Math.round(lateMs)} ms after the lease ran out`);
+      // 0 to 1,000 ms with each follower (99 to 177 ms in four runs of two followers with a 3 s
+      // lease). Loose, for a loaded machine; with the next bound the old code passed about one
+      // run in seven.
+      assert.ok(lateMs >= 0 && lateMs < 150, `taken over ${Math.round(lateMs)} ms after the lease ran out`);
       // The lease row names it (its own /cluster may not say so yet: the takeover's answer can still be on its way to it).
       const [winner, other] = taken.node === b.nodeName ? [b, d] : [d, b];
       await until('the other follower to name the new leader', async () => (await other.status()).leader === winner.nodeName, 5_000);
       const learnedMs = performance.now() - seenAtMs;
-      // Reading the lease every lease / 5 only, up to 600 ms.
-      assert.ok(learnedMs < 250, `the other follower named the new leader after ${Math.round(learnedMs)} ms`);
+      // Reading the lease every lease / 5 only, up to 1,000 ms.
+      assert.ok(learnedMs < 500, `the other follower named the new leader after ${Math.round(learnedMs)} ms`);
       return winner;
     });
     assert.equal(await c.leader(10_000), winner, 'the node that took the lease leads');
@@ -298,16 +300,16 @@ describe('cluster mode', () => {
       await until('the follower to catch up', async () => (await b.status()).appliedSeq === (await a.status()).appliedSeq);
       // Cut off, it hears no NOTIFY of what the leader commits meanwhile; the leader is idle after.
       await proxy.cut();
-      const BATCHES = 120;
+      // One request at a time: each is one journal batch of ITEMS records (requests at once
+      // would share group commits, and a read of 16 batches would then hold several times more).
+      // Quick, too: the follower's last look at the head (every 10 s, readTrimmed) was at its
+      // start, so none falls within this catch-up, and the old code had only its reads to go by.
+      const BATCHES = 60;
       const ITEMS = 1_000;
-      for (let i = 0; i < BATCHES; i += 4) {
-        await Promise.all(
-          [0, 1, 2, 3].map(async (j) => {
-            const requests = Array.from({ length: ITEMS }, (_, k) => ({ method: 'POST', path: '/product', body: { id: `lag-${i + j}-${k}`, name: 'L' } }));
-            const res = await a.post('/batch', { requests });
-            assert.equal(res.status, 200, res.text);
-          }),
-        );
+      for (let i = 0; i < BATCHES; i++) {
+        const requests = Array.from({ length: ITEMS }, (_, k) => ({ method: 'POST', path: '/product', body: { id: `lag-${i}-${k}`, name: 'L' } }));
+        const res = await a.post('/batch', { requests });
+        assert.equal(res.status, 200, res.text);
       }
       const head = (await a.status()).appliedSeq;
       await proxy.restore();
@@ -318,8 +320,9 @@ describe('cluster mode', () => {
         if (lag === 0 && (await b.status()).appliedSeq === head) break;
       }
       assert.equal((await b.status()).appliedSeq, head, 'caught up');
-      // From its last batch read it showed at most the 16 batches of one read (16,000 records here).
-      assert.ok(largest > (BATCHES * ITEMS) / 2, `the largest lag seen while catching up was ${largest} of ${BATCHES * ITEMS} records`);
+      // From the head: 44,000 after the first read (16 batches). From its last batch read, as it
+      // was: 0 (each batch read raised the head it knew as it was applied).
+      assert.ok(largest >= 30_000, `the largest lag seen while catching up was ${largest} of ${BATCHES * ITEMS} records`);
     } finally {
       await proxy.close();
     }
