@@ -201,14 +201,15 @@ async function sendGroup(
   let reached = reachedBefore;
   /** The last attempt's network error or timeout (null: it was answered). */
   let lastError: unknown = null;
+  const giveUp = (): null => {
+    for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, lastError, reached));
+    return null;
+  };
   for (;;) {
     const remainingMs = deadlineAtMs - performance.now();
-    if (remainingMs < MIN_ATTEMPT_MS) {
-      // Too little left for an attempt (one cut short before it connects would count as maybe
-      // applied): every path here, the first attempt, a retry, a half, a write sent alone.
-      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, lastError, reached));
-      return null;
-    }
+    // Too little left for an attempt (one cut short before it connects would count as maybe
+    // applied): every path here, the first attempt, a retry, a half, a write sent alone.
+    if (remainingMs < MIN_ATTEMPT_MS) return giveUp();
     const lone = current.alone ? current.writes[0]! : null;
     const outcome = await attempt({
       url: options.url + (lone === null ? BATCH_PATH : lone.path),
@@ -266,8 +267,8 @@ async function sendGroup(
     } else if ((outcome.status === 413 || outcome.status === 422) && current.writes.length > 1) {
       // Too large for the server: its body limit (413), or its BATCH_MAX_ITEMS (a 422 of the
       // envelope; the envelope the client makes is otherwise always valid). Halves, until a
-      // write alone gets the answer as its own.
-      // A 413 or a 422 applies nothing: the halves may have reached the server only if an attempt before it may have.
+      // write alone gets the answer as its own. Applied nothing: the halves may have reached
+      // the server only if an attempt before this one may have.
       return { groups: halves(current.writes), reached };
     } else if (outcome.status === 429 && current.writes.length > (burstOf(outcome.body) ?? Infinity)) {
       // More items than the key's rate-limit burst: such a batch can never pass (it needs a token
@@ -289,10 +290,7 @@ async function sendGroup(
     lastError = retryError;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
-    if (performance.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) {
-      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, retryError, reached));
-      return null;
-    }
+    if (performance.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) return giveUp();
     options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });
     if (delayMs > 0) await sleep(delayMs);
   }

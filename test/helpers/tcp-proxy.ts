@@ -21,7 +21,7 @@ export interface TcpProxy {
 }
 
 export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
-  const sockets = new Set<Socket>();
+  /** Every connection through the proxy: the client's socket and its upstream one. */
   const pairs = new Set<[Socket, Socket]>();
   let frozen = false;
   const flow = ([client, upstream]: [Socket, Socket]): void => {
@@ -36,10 +36,8 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
       const pair: [Socket, Socket] = [client, upstream];
       pairs.add(pair);
       for (const socket of pair) {
-        sockets.add(socket);
         socket.on('error', () => undefined);
         socket.on('close', () => {
-          sockets.delete(socket);
           pairs.delete(pair);
           client.destroy();
           upstream.destroy();
@@ -59,7 +57,7 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   const cut = async (): Promise<void> => {
     const s = server;
     server = null;
-    for (const socket of sockets) socket.destroy();
+    for (const pair of pairs) for (const socket of pair) socket.destroy();
     if (s !== null) await new Promise<void>((resolve) => s.close(() => resolve()));
   };
   await listen();
