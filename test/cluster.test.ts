@@ -320,9 +320,11 @@ describe('cluster mode', () => {
         if (lag === 0 && (await b.status()).appliedSeq === head) break;
       }
       assert.equal((await b.status()).appliedSeq, head, 'caught up');
-      // From the head: 44,000 after the first read (16 batches). From its last batch read, as it
-      // was: 0 (each batch read raised the head it knew as it was applied).
-      assert.ok(largest >= 30_000, `the largest lag seen while catching up was ${largest} of ${BATCHES * ITEMS} records`);
+      // From the head: 44,000 after the first read (16 batches), 28,000 after the second, 12,000
+      // after the third; which of these a sample of /metrics catches depends on when the busy
+      // node answers it (28,000 seen once). From its last batch read, as it was: 0 (each batch
+      // read raised the head it knew as it was applied).
+      assert.ok(largest >= 10_000, `the largest lag seen while catching up was ${largest} of ${BATCHES * ITEMS} records`);
     } finally {
       await proxy.close();
     }
