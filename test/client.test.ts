@@ -544,6 +544,29 @@ describe('intake/client', () => {
     await c.close();
   });
 
+  test('a 401 or a 404 of /batch after an attempt that may have reached the server fails as "may have been applied"; a 401 first is "not applied"', async () => {
+    for (const status of [401, 403, 404]) {
+      const proxy = await proxyTo(server, (n) => (n === 1 ? { kind: 'drop-after' } : { kind: 'status', status, body: { type: 'SomeError', message: 'no' } }));
+      const c = client(proxy.url);
+      const id = `refused-after-drop-${status}`;
+      const error = rejection(await outcome(c.upsertProduct({ id, name: 'n' })));
+      assert.ok(error instanceof IntakeUnavailableError, `${status}: ${String(error)}`);
+      assert.equal(error.mayHaveBeenApplied, true, `${status}: the first attempt was applied, its answer lost`);
+      assert.equal(error.lastStatus, status);
+      assert.ok(error.cause instanceof IntakeRequestError && error.cause.status === status, String(error.cause));
+      assert.equal(proxy.seen.length, 2);
+      // It was applied: the product is there.
+      const applied = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').filter((p) => p.id === id);
+      assert.equal(applied.length, 1, `${status}: the dropped attempt applied the write`);
+      await c.close();
+    }
+    const proxy = await proxyTo(server, () => ({ kind: 'status', status: 401, body: { type: 'AuthError', message: 'no' } }));
+    const c = client(proxy.url);
+    const error = rejection(await outcome(c.upsertProduct({ id: 'refused-first', name: 'n' })));
+    assert.ok(error instanceof IntakeRequestError && error.status === 401, String(error));
+    await c.close();
+  });
+
   test('a redirect is not followed: the write fails with IntakeRequestError naming the Location, and nothing (no service key) reaches it', async () => {
     const elsewhere = await proxyTo(server);
     const proxy = await proxyTo(server, () => ({ kind: 'status', status: 302, headers: { location: `${elsewhere.url}/batch` } }));

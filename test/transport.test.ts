@@ -768,11 +768,20 @@ describe('transport (group commit, small limits)', () => {
         assert.ok(sent !== undefined, `unexpected event ${String(event.data.name)}`);
         assert.deepEqual(event.data, sent, 'a journaled write is whole');
       }
-      assert.equal(names[names.length - 1], 'after-pipeline');
-      // Whatever was answered 200 on the closed connection is durable (responses are in request order).
+      assert.ok(names.includes('after-pipeline'), 'the later write is journaled');
+      // Whatever was answered 200 on the closed connection is durable (responses are in request
+      // order), and applied before the write sent after it (read-your-writes).
       answered.forEach((res, i) => {
-        if (i < bodies.length && res.status === 200) assert.ok(names.includes(bodies[i]!.name), `${bodies[i]!.name} was answered 200 but is not journaled`);
+        if (i < bodies.length && res.status === 200) {
+          assert.ok(names.includes(bodies[i]!.name), `${bodies[i]!.name} was answered 200 but is not journaled`);
+          assert.ok(names.indexOf(bodies[i]!.name) < names.indexOf('after-pipeline'), `${bodies[i]!.name} was answered 200 and journaled after a write sent later`);
+        }
       });
+      // One thread handles a connection's writes before it reads past them, so even the writes
+      // never answered are applied before the later one. With edge threads an unanswered write can
+      // come after it (README, Pipelining): its edge hands it to the state thread after uWS has
+      // closed its connection, and another edge's hand-off can overtake it on a busy machine.
+      if (!edgeThreads) assert.equal(names[names.length - 1], 'after-pipeline');
     });
   });
 

@@ -282,7 +282,19 @@ async function sendGroup(
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
       progress.lastSettledAtMs = performance.now();
-      for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
+      // After an attempt that may have reached the server, only an answer that judges the writes
+      // themselves says they were not applied: a write's 422, 404 or 409 is what its retry under
+      // the same Idempotency-Key gets only if the first was not applied (an applied one replays).
+      // The key refused (401, 403: revoked between the attempts), or a whole batch refused (a
+      // path, method or content type unknown: a proxy's answer, a server without /batch), says
+      // nothing of the earlier attempt: the write may have been applied, and the error says so.
+      const aboutTheRequest = lone === null || outcome.status === 401 || outcome.status === 403;
+      for (const w of current.writes) {
+        if (reached && aboutTheRequest) {
+          const answer = new IntakeRequestError(identity(w), outcome.status, errorType(outcome.body), outcome.body);
+          w.reject(new IntakeUnavailableError(identity(w), attempts, outcome.status, answer, true));
+        } else settleFinal(w, outcome.status, outcome.body);
+      }
       return null;
     }
     if (outcome.kind === 'answer') reached = true;
