@@ -174,16 +174,17 @@ for (const threads of ['1', '2']) {
       assert.equal(upserts.length, 1, 'applied exactly once');
       assert.equal((await a.status()).appliedSeq, before + 1);
 
-      // No leader reachable: /readyz 503 on the follower (not on the leader); a write waits out
-      // CLUSTER_FORWARD_TIMEOUT_MS and gets 503 with Retry-After; nothing is applied.
+      // No leader reachable: a write waits out CLUSTER_FORWARD_TIMEOUT_MS and gets 503 with
+      // Retry-After; nothing is applied. /readyz is 503 on the follower (not on the leader) once
+      // the leader has not answered for 3 s.
       plan.action = () => ({ kind: 'drop-before' });
-      await until('/readyz 503 on the follower', async () => (await b.request('/readyz', undefined, { key: null })).status === 503, 5_000);
-      assert.equal((await a.request('/readyz', undefined, { key: null })).status, 200);
       const started = performance.now();
       const refused = await b.post('/product', { id: 'unreachable', name: 'U' });
       assert.equal(refused.status, 503, refused.text);
       assert.equal(retryAfter(refused), '1');
       assert.ok(performance.now() - started >= 1000, 'it waited for a leader first');
+      await until('/readyz 503 on the follower', async () => (await b.request('/readyz', undefined, { key: null })).status === 503, 5_000);
+      assert.equal((await a.request('/readyz', undefined, { key: null })).status, 200);
       // Unreachable for longer than the deadline: refused at once, before the body is read.
       await new Promise((resolve) => setTimeout(resolve, 1600));
       const early = performance.now();
@@ -284,6 +285,29 @@ for (const threads of ['1', '2']) {
     });
   });
 }
+
+test('a follower whose leader stops answering stays ready for 3 s (writes sent to it are held), then /readyz is 503', async () => {
+  const c = cluster({ HTTP_THREADS: '1', CLUSTER_FORWARD_TIMEOUT_MS: '8000' });
+  const { b, plan } = await proxiedCluster(c);
+  assert.equal((await b.post('/product', { id: 'before-cut', name: 'n' })).status, 200);
+  plan.action = () => ({ kind: 'drop-before' });
+  const cutAt = performance.now();
+  // A write at once: its forward fails, so the follower knows right away (before 2026-11-29 that
+  // made it unready at once, taking it out of the load balancer while its leader was replaced).
+  const held = b.post('/product', { id: 'held', name: 'n' });
+  let firstNotReadyMs: number | null = null;
+  while (firstNotReadyMs === null && performance.now() - cutAt < 6_000) {
+    if ((await b.request('/readyz', undefined, { key: null })).status === 503) firstNotReadyMs = performance.now() - cutAt;
+    else await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  assert.ok(firstNotReadyMs !== null, 'not ready within 6 s of the cut');
+  assert.ok(firstNotReadyMs >= 2_000 && firstNotReadyMs <= 4_500, `not ready ${Math.round(firstNotReadyMs)} ms after the cut (3 s after the leader last answered)`);
+  const notReady = await b.request('/readyz', undefined, { key: null });
+  assert.match(notReady.text, /cannot reach the cluster's leader/, notReady.text);
+  plan.action = () => ({ kind: 'pass' });
+  assert.equal((await held).status, 200, 'the held write went to the leader once it answered again');
+  await until('/readyz 200 again', async () => (await b.request('/readyz', undefined, { key: null })).status === 200, 5_000);
+});
 
 test('writes held while the leader was away go to it in frames its limit takes, counted in UTF-8 bytes (CJK text: three bytes a character)', async () => {
   // MAPPING_BODY_LIMIT_BYTES at 4 MiB: the leader's forward limit is then 5 MiB. Frames were

@@ -54,7 +54,7 @@ const MIN_POST_TIMEOUT_MS = 250;
 /** Without a successful exchange for this long, the leader is probed with an empty frame. */
 const PROBE_IDLE_MS = 1_000;
 const PROBE_TIMEOUT_MS = 2_000;
-/** /readyz on a follower: the leader answered within this long, and nothing failed since. */
+/** /readyz on a follower: 200 while a leader answered within this long. */
 const READY_WITHIN_MS = 3_000;
 /**
  * A POST to a leader that has since been replaced (a newer epoch in the lease) gets this long to
@@ -197,11 +197,16 @@ export class LeaderLink implements CommandSink {
     return { message: `this node cannot reach the cluster's leader to forward writes to it (${this.failure})`, retryAfterSeconds: 1 };
   }
 
-  /** Why /readyz is 503 on this follower: no leader answered lately. */
+  /**
+   * Why /readyz is 503 on this follower: no leader answered for READY_WITHIN_MS. Not at the first
+   * failed exchange: a leader that died takes a lease to be replaced, and meanwhile a follower
+   * holds the writes it is sent and forwards them to the new leader; unready at once, it left the
+   * load balancer with no node (haproxy's own 503s) for most of that (found by a walkthrough of
+   * the README, which said 3 s).
+   */
   notReady(): string | null {
-    if (this.failingSinceMs !== null) return `this node cannot reach the cluster's leader (${this.failure})`;
-    if (performance.now() - this.lastOkMs > READY_WITHIN_MS) return 'the cluster\'s leader has not answered this node lately';
-    return null;
+    if (performance.now() - this.lastOkMs <= READY_WITHIN_MS) return null;
+    return this.failingSinceMs !== null ? `this node cannot reach the cluster's leader (${this.failure})` : 'the cluster\'s leader has not answered this node lately';
   }
 
   /**
