@@ -154,6 +154,13 @@ async function main(): Promise<void> {
   defaultYoungGenerationForWorkers();
   const settings = readSettings();
   if (settings === null) return;
+  // Refused before anything is opened or made: checked after the cluster's keys were read, a
+  // first start created the cluster's key, printed it, then exited 2, and the corrected start
+  // printed none (found by a README walkthrough).
+  if (settings.clusterPostgresUrl !== '' && settings.commitMode === 'sync') {
+    process.stderr.write('intake: COMMIT_MODE=sync is not available in cluster mode (a commit is a PostgreSQL round trip)\n');
+    process.exit(2);
+  }
   // Bad keys are a bad setting: said before anything is opened.
   const serviceKeys = envKeys(settings);
   const log = createLogger(settings.logLevel);
@@ -203,10 +210,6 @@ async function main(): Promise<void> {
     collections: () => sum(workspaces, (ws) => ws.catalog.collections.size),
   });
   const clustered = settings.clusterPostgresUrl !== '';
-  if (clustered && settings.commitMode === 'sync') {
-    process.stderr.write('intake: COMMIT_MODE=sync is not available in cluster mode (a commit is a PostgreSQL round trip)\n');
-    process.exit(2);
-  }
   // Cluster mode: set once the node exists; a failed commit makes the leader step down.
   let node: ClusterNode | null = null;
   /** Cluster mode, HTTP_THREADS=1: told when this node starts or stops leading (where writes go). */

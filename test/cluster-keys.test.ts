@@ -138,6 +138,23 @@ describe('keys in cluster mode', () => {
     assert.equal(keys(c, 'list').stdout.trim().split('\n').length, 2, 'and creates nothing');
   });
 
+  test('COMMIT_MODE=sync in cluster mode is refused (exit 2) before the first start makes the cluster\'s key; the corrected start makes and prints it', async () => {
+    const c = cluster();
+    await assert.rejects(c.add({ serviceKeys: null, env: { COMMIT_MODE: 'sync' } }), (error: Error) => {
+      assert.match(error.message, /exited \(2\) before listening; stderr: intake: COMMIT_MODE=sync is not available in cluster mode/);
+      assert.doesNotMatch(error.message, /created workspace/, 'no key was made or printed');
+      return true;
+    });
+    // (No table yet, on a PostgreSQL no cluster used before: nothing written either.)
+    const rows = await withClient(c.url, async (client) => {
+      const present = (await client.query<{ present: boolean }>("SELECT to_regclass('intake_cluster.keys') IS NOT NULL AS present")).rows[0]!.present;
+      return present ? (await client.query('SELECT 1 FROM intake_cluster.keys WHERE cluster = $1', [c.name])).rows : [];
+    });
+    assert.equal(rows.length, 0, 'nothing written to the cluster');
+    const node = await c.add({ serviceKeys: null });
+    await until('the first-start line', async () => createdLines([node]).length === 1, 2000);
+  });
+
   test('keys CLI without CLUSTER_POSTGRES_URL refuses a cluster node\'s data directory, and --cluster-name alone (exit 2, nothing written); a single node\'s directory still works', async () => {
     const c = cluster();
     const node = await c.add();
