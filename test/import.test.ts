@@ -153,6 +153,14 @@ describe('npm run import', () => {
     assert.ok(!existsSync(`${file}.failed.ndjson`), 'no stale failed file after a run that failed nothing');
   });
 
+  test('blank lines are skipped and counted as blank, not as ok', async () => {
+    const file = writeNdjson('blank.ndjson', []);
+    writeFileSync(file, `${JSON.stringify({ id: 'blank-1', name: 'A' })}\n\n   \n${JSON.stringify({ id: 'blank-2', name: 'B' })}\n`);
+    const run = await runImport(['products', file], server.url);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stderr, /4 of 4 line\(s\) done .*: 2 ok, 0 failed, 2 blank \(skipped\)/);
+  });
+
   test('a UTF-8 byte order mark at the start of the file is not part of its first line', async () => {
     // Files saved by Excel and other Windows tools start with one: the first line failed as "not JSON".
     const file = writeNdjson('bom.ndjson', []);

@@ -191,6 +191,8 @@ async function run(args: Args): Promise<number> {
   });
   let done = 0;
   let ok = 0;
+  /** Blank lines: counted as done, never sent. */
+  let blank = 0;
   let inFlight = 0;
   let inFlightBytes = 0;
   let wake: (() => void) | null = null;
@@ -205,7 +207,7 @@ async function run(args: Args): Promise<number> {
   const unanswered = new Map<number, string>();
   const summary = (): string => {
     const seconds = progress.elapsedSeconds();
-    let text = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed`;
+    let text = `import ${args.kind} ${args.file}: ${fmt(done)} of ${fmt(totalLines)} line(s) done in ${seconds.toFixed(1)} s (${fmt(Math.round(done / Math.max(seconds, 0.001)))}/s): ${fmt(ok)} ok, ${fmt(failed.count)} failed${blank > 0 ? `, ${fmt(blank)} blank (skipped)` : ''}`;
     if (failed.count > 0) text += `; failed lines and their reasons are in ${failed.path}`;
     return text;
   };
@@ -257,8 +259,9 @@ async function run(args: Args): Promise<number> {
     lineNumber++;
     if (interrupted || stopped !== null) break;
     if (line.trim() === '') {
+      // Nothing to send: done (the progress counts lines), but not "ok", which says applied.
       done++;
-      ok++;
+      blank++;
       continue;
     }
     const n = lineNumber;
