@@ -567,6 +567,30 @@ describe('intake/client', () => {
     await c.close();
   });
 
+  test('a 429 applied nothing: a 429, then a 401, fails as "not applied"', async () => {
+    const proxy = await proxyTo(server, (n) => (n === 1 ? { kind: 'status', status: 429 } : { kind: 'status', status: 401, body: { type: 'AuthError', message: 'no' } }));
+    const c = client(proxy.url);
+    const error = rejection(await outcome(c.upsertProduct({ id: 'limited-then-refused', name: 'n' })));
+    assert.ok(error instanceof IntakeRequestError && error.status === 401, String(error));
+    assert.equal(proxy.seen.length, 2);
+    await c.close();
+  });
+
+  test('a write sent alone (too big for a batch) whose answer was lost: a proxy\'s 415 then fails it as "may have been applied"; its own 413 or 422 would say not applied', async () => {
+    const small = await start({ BATCH_BODY_LIMIT_BYTES: '4096', BODY_LIMIT_BYTES: '32768' });
+    // 1: the batch, answered 413 by the server; 2: the write alone, applied, its answer lost; 3: a proxy's 415.
+    const proxy = await proxyTo(small, (n) => (n === 1 ? { kind: 'pass' } : n === 2 ? { kind: 'drop-after' } : { kind: 'status', status: 415, body: { type: 'UnsupportedMediaTypeError', message: 'no' } }));
+    const c = client(proxy.url);
+    // About 5 KB: over the batch limit, under the product endpoint's.
+    const error = rejection(await outcome(c.upsertProduct({ id: 'alone-lost', name: 'n', description: 'y'.repeat(2000), vendor: 'v'.repeat(1000), image: 'i'.repeat(1000), url: 'u'.repeat(1000) })));
+    assert.ok(error instanceof IntakeUnavailableError, String(error));
+    assert.equal(error.mayHaveBeenApplied, true);
+    assert.ok(error.cause instanceof IntakeRequestError && error.cause.status === 415, String(error.cause));
+    assert.deepEqual(proxy.seen.map((s) => s.upstreamStatus ?? null), [413, 200, null], 'the batch refused, the write alone applied, then the proxy\'s answer');
+    assert.equal(exportLines(small.dataDir, 'products', '--workspace', 'ws-a').filter((p) => p.id === 'alone-lost').length, 1, 'it was applied');
+    await c.close();
+  });
+
   test('a redirect is not followed: the write fails with IntakeRequestError naming the Location, and nothing (no service key) reaches it', async () => {
     const elsewhere = await proxyTo(server);
     const proxy = await proxyTo(server, () => ({ kind: 'status', status: 302, headers: { location: `${elsewhere.url}/batch` } }));

@@ -153,6 +153,18 @@ describe('npm run import', () => {
     assert.ok(!existsSync(`${file}.failed.ndjson`), 'no stale failed file after a run that failed nothing');
   });
 
+  test('a batch whose answer was lost and whose retry gets 401 stops the import, saying so (not "never answered")', async () => {
+    const file = writeNdjson('refused.ndjson', [JSON.stringify({ id: 'refused-1', name: 'A' }), JSON.stringify({ id: 'refused-2', name: 'B' })]);
+    const proxy = await startFaultProxy(server.url, (request) => (request.n === 1 ? { kind: 'drop-after' } : { kind: 'status', status: 401, body: { type: 'AuthError', message: 'key revoked' } }));
+    proxies.push(proxy);
+    const run = await runImport(['products', file], proxy.url);
+    assert.equal(run.code, 1, run.stderr);
+    assert.match(run.stderr, /stopped: line 1 was answered 401 after an attempt whose answer was lost/);
+    const failed = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { mayHaveBeenApplied?: boolean });
+    assert.equal(failed.length, 2);
+    assert.ok(failed.every((f) => f.mayHaveBeenApplied === true), 'the lost attempt applied them');
+  });
+
   test('blank lines are skipped and counted as blank, not as ok', async () => {
     const file = writeNdjson('blank.ndjson', []);
     writeFileSync(file, `${JSON.stringify({ id: 'blank-1', name: 'A' })}\n\n   \n${JSON.stringify({ id: 'blank-2', name: 'B' })}\n`);

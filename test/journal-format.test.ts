@@ -180,3 +180,38 @@ test('long strings, big arrays and maps take the wider headers', () => {
   const bytes = new Uint8Array(70_000).fill(7);
   assert.deepEqual([...(decodeRecords(encodeRecords(bytes)) as Uint8Array)], [...bytes]);
 });
+
+test('the writer\'s short paths write msgpack\'s own bytes: ASCII strings of 31, 32, 96 and 97 units, a non-ASCII one, byte strings of 20, 32 and 33 bytes, and an object of a recent shape', () => {
+  const ascii = (n: number) => Buffer.from('a'.repeat(n));
+  const cases: Array<[unknown, Buffer]> = [
+    ['a'.repeat(31), Buffer.concat([Buffer.from([0xbf]), ascii(31)])],
+    ['a'.repeat(32), Buffer.concat([Buffer.from([0xd9, 32]), ascii(32)])],
+    ['a'.repeat(96), Buffer.concat([Buffer.from([0xd9, 96]), ascii(96)])],
+    ['a'.repeat(97), Buffer.concat([Buffer.from([0xd9, 97]), ascii(97)])],
+    [`é${'a'.repeat(40)}`, Buffer.concat([Buffer.from([0xd9, 42, 0xc3, 0xa9]), ascii(40)])],
+    [new Uint8Array(20).fill(7), Buffer.concat([Buffer.from([0xc4, 20]), Buffer.alloc(20, 7)])],
+    [new Uint8Array(32).fill(7), Buffer.concat([Buffer.from([0xc4, 32]), Buffer.alloc(32, 7)])],
+    [new Uint8Array(33).fill(7), Buffer.concat([Buffer.from([0xc4, 33]), Buffer.alloc(33, 7)])],
+    // The shape defined once (record id 0x40, then its keys), then the second object by its id
+    // alone; a null-prototype object of that shape is written the same way.
+    [
+      [{ kz: 1, bz: 'x' }, { kz: 2, bz: 'y' }, Object.assign(Object.create(null) as object, { kz: 3, bz: 'z' })],
+      Buffer.from([0x93, 0xd4, 0x72, 0x40, 0x92, 0xa2, 0x6b, 0x7a, 0xa2, 0x62, 0x7a, 0x01, 0xa1, 0x78, 0x40, 0x02, 0xa1, 0x79, 0x40, 0x03, 0xa1, 0x7a]),
+    ],
+  ];
+  // A writer of its own: the module's has seen other tests' shapes (past its tree's limit, an
+  // object of a new shape has its keys written out each time).
+  const writer = new RecordWriter();
+  for (const [value, bytes] of cases) {
+    assert.deepEqual(writer.encode(value), bytes, JSON.stringify(value, (_k, v: unknown) => (v instanceof Uint8Array ? `bytes(${v.length})` : v)));
+    assert.deepEqual(decodeRecords(bytes), value instanceof Uint8Array ? Buffer.from(value) : Array.isArray(value) ? value.map((o) => ({ ...o })) : value);
+  }
+  // A class instance (its prototype is not a plain object's) takes Object.keys: its own fields only.
+  class Point {
+    constructor(readonly x: number, readonly y: number) {}
+    get sum(): number {
+      return this.x + this.y;
+    }
+  }
+  assert.deepEqual(decodeRecords(encodeRecords([new Point(1, 2), { x: 3, y: 4 }])), [{ x: 1, y: 2 }, { x: 3, y: 4 }]);
+});

@@ -4,7 +4,7 @@
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
 import { closeSync, createReadStream, openSync, realpathSync, rmSync, writeSync } from 'node:fs';
-import { createClient, describeError, IntakeError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
+import { createClient, describeError, IntakeError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
 
@@ -248,7 +248,13 @@ async function run(args: Args): Promise<number> {
     else failed.write(lineNumber, line, error);
     // Retried for --retry-seconds and never answered (or answered 503 all along): the lines
     // after it would wait as long each, so no more are sent.
-    if (error instanceof IntakeUnavailableError && stopped === null) stopped = `line ${fmt(lineNumber)} was retried for ${args.retrySeconds} s and the server never answered it (${error.message})`;
+    if (error instanceof IntakeUnavailableError && stopped === null) {
+      // Ended by a final answer (a 401 after an attempt whose answer was lost), not by the deadline.
+      stopped =
+        error.cause instanceof IntakeRequestError
+          ? `line ${fmt(lineNumber)} was answered ${error.cause.status} after an attempt whose answer was lost (${error.message})`
+          : `line ${fmt(lineNumber)} was retried for ${args.retrySeconds} s and the server never answered it (${error.message})`;
+    }
     const w = wake;
     wake = null;
     w?.();

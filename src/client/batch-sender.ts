@@ -282,22 +282,25 @@ async function sendGroup(
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
       progress.lastSettledAtMs = performance.now();
-      // After an attempt that may have reached the server, only an answer that judges the writes
-      // themselves says they were not applied: a write's 422, 404 or 409 is what its retry under
-      // the same Idempotency-Key gets only if the first was not applied (an applied one replays).
-      // The key refused (401, 403: revoked between the attempts), or a whole batch refused (a
-      // path, method or content type unknown: a proxy's answer, a server without /batch), says
-      // nothing of the earlier attempt: the write may have been applied, and the error says so.
-      const aboutTheRequest = lone === null || outcome.status === 401 || outcome.status === 403;
+      // After an attempt that may have reached the server, only an answer that judges the write
+      // itself says it was not applied: a write sent alone answered 422 (its body), 404 (what it
+      // names) or 413 (its size) gets that only if the first attempt was not applied, since under
+      // the same Idempotency-Key an applied write replays. Anything else (the key refused: 401,
+      // 403, revoked between the attempts; a path, method or content type refused: a proxy's
+      // answer, a server without /batch; any final answer to a whole batch) says nothing of the
+      // earlier attempt: the write may have been applied, and the error says so.
+      const judgesTheWrite = lone !== null && (outcome.status === 422 || outcome.status === 404 || outcome.status === 413);
       for (const w of current.writes) {
-        if (reached && aboutTheRequest) {
+        if (reached && !judgesTheWrite) {
           const answer = new IntakeRequestError(identity(w), outcome.status, errorType(outcome.body), outcome.body);
           w.reject(new IntakeUnavailableError(identity(w), attempts, outcome.status, answer, true));
         } else settleFinal(w, outcome.status, outcome.body);
       }
       return null;
     }
-    if (outcome.kind === 'answer') reached = true;
+    // A 429 applied nothing (refused before anything was read into the state); any other answer
+    // may follow a write the server applied (a 503 after a journal failure, a proxy's 502).
+    if (outcome.kind === 'answer' && outcome.status !== 429) reached = true;
     if (retryStatus !== null) lastStatus = retryStatus;
     lastError = retryError;
     retries++;

@@ -53,11 +53,13 @@ export class IntakeRequestError extends IntakeError {
 }
 
 /**
- * Retries ran out (the total deadline passed, or the next wait would end after it). The write
- * MAY HAVE BEEN APPLIED (an answer can be lost after the server committed): send it again with
- * the same `write.idempotencyKey` and the server applies it at most once. `lastStatus` is the last
- * HTTP status the server answered in any attempt (null: none answered); `cause` is the last
- * attempt's network error or timeout, if it ended with one.
+ * Retries ran out (the total deadline passed, or the next wait would end after it), or a final
+ * answer that does not judge the write itself (a redirect, a 401, a whole batch refused) came
+ * after an attempt that may have reached the server. The write MAY HAVE BEEN APPLIED (an answer
+ * can be lost after the server committed): send it again with the same `write.idempotencyKey`
+ * and the server applies it at most once. `lastStatus` is the last HTTP status answered in any
+ * attempt (null: none answered); `cause` is the last attempt's network error or timeout, if it
+ * ended with one, or the final answer's IntakeRequestError.
  */
 export class IntakeUnavailableError extends IntakeError {
   constructor(

@@ -205,6 +205,10 @@ export class LeaderLink implements CommandSink {
    * the README, which said 3 s).
    */
   notReady(): string | null {
+    // Refusing writes at once (no leader for a whole CLUSTER_FORWARD_TIMEOUT_MS, which may be
+    // under READY_WITHIN_MS) is not ready, however recently a leader answered.
+    const refusal = this.refusal();
+    if (refusal !== null) return refusal.message;
     if (performance.now() - this.lastOkMs <= READY_WITHIN_MS) return null;
     return this.failingSinceMs !== null ? `this node cannot reach the cluster's leader (${this.failure})` : 'the cluster\'s leader has not answered this node lately';
   }

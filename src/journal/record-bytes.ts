@@ -305,7 +305,10 @@ export class RecordWriter {
    * One of the shapes written last whose keys are the object's own enumerable keys in order, found
    * without allocating (Object.keys and Object.values allocated two arrays per object, a fifth of
    * what a batch item allocates in the server: a heap profile). Only for plain objects (their
-   * prototype has no enumerable keys, so for-in walks exactly Object.keys).
+   * prototype has no enumerable keys, so for-in walks exactly Object.keys). Records are data:
+   * JSON.parse'd bodies and objects this server builds. A getter that deletes a later key while
+   * its value is written, or an enumerable key added to Object.prototype, would make the values
+   * disagree with the shape (Object.values read them all first); neither occurs in a record.
    */
   private recentShapeOf(object: Record<string, unknown>): Shape | undefined {
     const prototype: unknown = Object.getPrototypeOf(object);
