@@ -331,6 +331,7 @@ async function main(): Promise<void> {
       target: () => clusterNode.forwardTarget(),
       local: executor,
       forwardTimeoutMs: settings.clusterForwardTimeoutMs > 0 ? settings.clusterForwardTimeoutMs : settings.clusterLeaseMs + 3_000,
+      readyWithinMs: settings.clusterLeaseMs + 2_000,
       keysRemembered: settings.idempotencyMaxKeys > 0,
       log: log.child({ component: 'forward' }),
       onRefused: () => clusterCounters?.forwardRefused(),

@@ -54,8 +54,8 @@ const MIN_POST_TIMEOUT_MS = 250;
 /** Without a successful exchange for this long, the leader is probed with an empty frame. */
 const PROBE_IDLE_MS = 1_000;
 const PROBE_TIMEOUT_MS = 2_000;
-/** /readyz on a follower: 200 while a leader answered within this long. */
-const READY_WITHIN_MS = 3_000;
+/** /readyz on a follower: 200 while a leader answered within this long at least (see readyWithinMs). */
+const MIN_READY_WITHIN_MS = 3_000;
 /**
  * A POST to a leader that has since been replaced (a newer epoch in the lease) gets this long to
  * be answered, then is given up on: the old leader is frozen or cut off (it can commit nothing
@@ -91,6 +91,14 @@ export interface LeaderLinkOptions {
   /** Runs commands here when this node leads (the CommandExecutor). */
   local: CommandSink;
   forwardTimeoutMs: number;
+  /**
+   * /readyz is 200 while a leader answered within this long (at least MIN_READY_WITHIN_MS). A
+   * leader that died is replaced a lease after its last renewal: main.ts gives CLUSTER_LEASE_MS
+   * + 2 s, so that a follower stays in the load balancer through a leader change and holds the
+   * writes it gets for the new leader (with 3 s, haproxy had no ready node for the last second or
+   * two of a failover and answered 503 itself: 18-23 of ~1,300 writes, measured).
+   */
+  readyWithinMs?: number;
   /** Idempotency-Keys are remembered (IDEMPOTENCY_MAX_KEYS > 0): a keyed command may go to a new leader. */
   keysRemembered: boolean;
   log: Logger;
@@ -198,7 +206,7 @@ export class LeaderLink implements CommandSink {
   }
 
   /**
-   * Why /readyz is 503 on this follower: no leader answered for READY_WITHIN_MS. Not at the first
+   * Why /readyz is 503 on this follower: no leader answered for readyWithinMs. Not at the first
    * failed exchange: a leader that died takes a lease to be replaced, and meanwhile a follower
    * holds the writes it is sent and forwards them to the new leader; unready at once, it left the
    * load balancer with no node (haproxy's own 503s) for most of that (found by a walkthrough of
@@ -206,10 +214,10 @@ export class LeaderLink implements CommandSink {
    */
   notReady(): string | null {
     // Refusing writes at once (no leader for a whole CLUSTER_FORWARD_TIMEOUT_MS, which may be
-    // under READY_WITHIN_MS) is not ready, however recently a leader answered.
+    // under the ready window) is not ready, however recently a leader answered.
     const refusal = this.refusal();
     if (refusal !== null) return refusal.message;
-    if (performance.now() - this.lastOkMs <= READY_WITHIN_MS) return null;
+    if (performance.now() - this.lastOkMs <= Math.max(MIN_READY_WITHIN_MS, this.options.readyWithinMs ?? 0)) return null;
     return this.failingSinceMs !== null ? `this node cannot reach the cluster's leader (${this.failure})` : 'the cluster\'s leader has not answered this node lately';
   }
 
