@@ -12,14 +12,15 @@
 //   appliedSeq).
 // - Throughput and p99 at 256 connections: wrk -t1 -c256 (one C thread leaves the 2 cores to the
 //   server more than autocannon would), single node and leader, directly.
-// - Failover stall: HAProxy (config from deploy/haproxy.cfg) in front of both nodes, one client
-//   sending track events through it in a loop (an Idempotency-Key each; after a non-200 it waits
-//   20 ms). kill -9 of the leader, then the time from the kill to the first 200 through HAProxy
-//   for a request sent after the kill; the killed node is restarted (same data directory and
-//   port) and has caught up before the next kill, so two nodes remain. CLUSTER_LEASE_MS is the
+// - Failover stall: HAProxy (config from deploy/haproxy.cfg) in front of failoverNodes nodes (3:
+//   the two above and one more follower), 4 clients sending track events through it, each in a
+//   loop (an Idempotency-Key each; after a non-200 it waits 20 ms). kill -9 of the leader, then
+//   the time from the kill to the first 200 through HAProxy for a request sent after the kill,
+//   and the other answers the clients got meanwhile; the killed node is restarted (same data
+//   directory and port) and has caught up before the next kill, so every node is back. CLUSTER_LEASE_MS is the
 //   default (5000) unless set in the environment.
 //
-//   npm run bench:cluster -- [seconds per run=8] [rounds=3] [ratePerSec=4000] [kills=10] [saturationSeconds=5]
+//   npm run bench:cluster -- [seconds per run=8] [rounds=3] [ratePerSec=4000] [kills=10] [saturationSeconds=5] [failoverNodes=3]
 //   (a quick smoke run: npm run bench:cluster -- 3 1 2000 2 3)
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -39,12 +40,22 @@ const rounds = Number(process.argv[3] ?? 3);
 const ratePerSec = Number(process.argv[4] ?? 4000);
 const kills = Number(process.argv[5] ?? 10);
 const saturationSeconds = Number(process.argv[6] ?? 5);
+/**
+ * Nodes behind HAProxy for the failover part: the leader and one follower of the CPU rounds, and
+ * more followers started for it. With three, a killed leader leaves two followers, neither of
+ * which takes over at once: the one that does not shows whether followers stay in the load
+ * balancer (holding writes) through the takeover. (Before 2026-11-29: two nodes.)
+ */
+const failoverNodes = Number(process.argv[7] ?? 3);
+if (!Number.isInteger(failoverNodes) || failoverNodes < 2) throw new Error('failoverNodes must be a whole number, at least 2');
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
 const DEVICES = 200;
 const LEASE_MS = Number(process.env.CLUSTER_LEASE_MS ?? 5000);
-/** The failover client's pause after an answer other than 200 (the stall's resolution). */
+/** The failover clients' pause after an answer other than 200 (the stall's resolution). */
 const RETRY_PAUSE_MS = 20;
+/** Clients writing through HAProxy during the failover part, each one request at a time. */
+const FAILOVER_WRITERS = 4;
 
 const TARGETS = { throughput: 0.7, leaderCpu: 1.25, followerCpu: 0.25, stallMs: LEASE_MS + 1000 };
 
@@ -95,7 +106,11 @@ async function clusterRound(leader: LocalClusterNode, follower: LocalClusterNode
   };
 }
 
-/** One client writing through HAProxy in a loop; every answer is reported with its send and answer times. */
+/**
+ * FAILOVER_WRITERS clients writing through HAProxy, each in a loop; every answer is reported with
+ * its send and answer times. (One client before 2026-11-29: its write held by a follower during a
+ * takeover was the only request in flight, so it could not show what the others would get.)
+ */
 class WriteLoop {
   private stopped = false;
   private n = 0;
@@ -105,7 +120,7 @@ class WriteLoop {
   oks = 0;
 
   constructor(private readonly url: string, private readonly did: string) {
-    this.done = this.run();
+    this.done = Promise.all(Array.from({ length: FAILOVER_WRITERS }, () => this.run())).then(() => undefined);
   }
 
   private async run(): Promise<void> {
@@ -119,7 +134,9 @@ class WriteLoop {
           method: 'POST',
           headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json', 'idempotency-key': `failover-${process.pid}-${i}` },
           body: trackBody(this.did, i),
-          signal: AbortSignal.timeout(5_000),
+          // Longer than a follower holds a write through a takeover (CLUSTER_FORWARD_TIMEOUT_MS,
+          // lease + 3 s by default): at 5 s some held writes timed out here, answered later.
+          signal: AbortSignal.timeout(LEASE_MS + 5_000),
         });
         status = res.status;
         // Every answer of intake carries x-request-id; haproxy's own (no server up) does not.
@@ -214,10 +231,10 @@ async function main(): Promise<void> {
   const pg = await startOwnPostgres({ fsync: true });
   const single = await startIntake();
   const env = { CLUSTER_POSTGRES_URL: pg.url, CLUSTER_NAME: 'bench', SERVICE_KEYS: BENCH_KEY };
-  const nodes = [
-    new LocalClusterNode({ name: 'node1', port: await freePort(), dataDir: join(work, 'node1'), logFile: join(work, 'node1.log'), env }),
-    new LocalClusterNode({ name: 'node2', port: await freePort(), dataDir: join(work, 'node2'), logFile: join(work, 'node2.log'), env }),
-  ];
+  const nodes: LocalClusterNode[] = [];
+  for (let i = 1; i <= Math.max(2, failoverNodes); i++) {
+    nodes.push(new LocalClusterNode({ name: `node${i}`, port: await freePort(), dataDir: join(work, `node${i}`), logFile: join(work, `node${i}.log`), env }));
+  }
   let haproxy: RunningHaproxy | null = null;
   const singleCpu: number[] = [];
   const singleRps: number[] = [];
@@ -287,6 +304,11 @@ async function main(): Promise<void> {
       follower: perRequest(followerSatCpu, toSeq - fromSeq),
     };
 
+    // The failover's other followers, caught up before haproxy sends them anything.
+    for (const extra of nodes.slice(2)) {
+      await extra.start();
+      await caughtUp(extra, await appliedSeq(leader));
+    }
     haproxy = await startHaproxy(
       haproxyBin,
       { bind: `127.0.0.1:${await freePort()}`, servers: nodes.map((node) => ({ name: node.name, address: `127.0.0.1:${node.port}` })), statsSocket: join(work, 'haproxy.sock') },
@@ -330,7 +352,7 @@ async function main(): Promise<void> {
   if (stalls.length > 0) {
     const values = stalls.map((s) => s.stallMs);
     const med = median(values);
-    rows.push(`| failover stall, kill -9 of the leader → first 200 through haproxy (${stalls.length} kills): median / max ms | – | ${fmt(med, 0)} / ${fmt(Math.max(...values), 0)} | | median ≤ lease + 1 s = ${TARGETS.stallMs} ms: ${verdict(med <= TARGETS.stallMs)} |`);
+    rows.push(`| failover stall, kill -9 of the leader → first 200 through haproxy (${stalls.length} kills, ${failoverNodes} nodes): median / max ms | – | ${fmt(med, 0)} / ${fmt(Math.max(...values), 0)} | | median ≤ lease + 1 s = ${TARGETS.stallMs} ms: ${verdict(med <= TARGETS.stallMs)} |`);
   }
   // The message first (a stack in `err` would push it past the cut), then the line.
   const messageOf = (line: string): string => {
@@ -342,7 +364,7 @@ async function main(): Promise<void> {
   };
   const errorLines = nodes.flatMap((node) => node.errorLines.map((line) => `${node.name}: ${messageOf(line)}${line.length > 300 ? `${line.slice(0, 300)}…` : line}`));
   const notes = [
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds} ${failoverNodes}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}.`,
     `CPU per request: utime + stime of the process (all threads) ÷ requests answered, at ${fmt(ratePerSec, 0)} track events/s from ${RATE_CONNECTIONS} connections for ${seconds} s, median of ${rounds} alternating rounds. PostgreSQL: its whole process tree over the cluster round, the follower's catch-up reads included. Follower: its CPU from the round's start until it has applied what the leader committed in it, ÷ the records it applied.`,
     `Rounds: single node µs/request ${singleCpu.map((v) => fmt(v)).join(', ')} (achieved ${singleRps.map((v) => fmt(v, 0)).join(', ')} req/s); leader µs/request ${cluster.map((r) => fmt(r.leaderUs)).join(', ')} (achieved ${cluster.map((r) => fmt(r.rps, 0)).join(', ')} req/s); PostgreSQL µs/request ${cluster.map((r) => fmt(r.pgUs)).join(', ')}; follower µs/record ${cluster.map((r) => fmt(r.followerUsPerRecord)).join(', ')} (records ${cluster.map((r) => r.records).join(', ')}; caught up ${cluster.map((r) => fmt(r.catchUpMs, 0)).join(', ')} ms after the load ended). Answers other than 200 at the fixed rate: single ${unexpectedSingle}, leader ${cluster.reduce((a, r) => a + r.unexpected, 0)}.`,
     `The idle cluster (during the single-node rounds, which load the machine too): leader ${fmt(median(idle.leader))}, follower ${fmt(median(idle.follower))}, PostgreSQL ${fmt(median(idle.pg))} CPU ms per second (lease renewals, the follower's 250 ms poll, elections); at ${fmt(ratePerSec, 0)} records/s the follower's idle share is ${fmt((median(idle.follower) / ratePerSec) * 1000)} µs per record.`,
@@ -350,7 +372,7 @@ async function main(): Promise<void> {
     ...(stalls.length === 0
       ? []
       : [
-          `Failover: one client writes through haproxy in a loop (an Idempotency-Key each, ${RETRY_PAUSE_MS} ms pause after an answer other than 200); the stall is from the SIGKILL to the answer of the first 200 for a request sent after it; the killed node is restarted on its data directory and has caught up before the next kill. Stalls (ms): ${stalls.map((s) => fmt(s.stallMs, 0)).join(', ')}. During the stalls the client got: ${describe(stalls.reduce<Record<string, number>>((all, s) => { for (const [k, v] of Object.entries(s.seen)) all[k] = (all[k] ?? 0) + v; return all; }, {}))} (a 503 from haproxy: no server up). Rejoin (restart to caught up, ms): ${stalls.map((s) => fmt(s.rejoinMs, 0)).join(', ')}.`,
+          `Failover: ${failoverNodes} nodes behind haproxy; ${FAILOVER_WRITERS} clients write through it, each in a loop (an Idempotency-Key each, ${RETRY_PAUSE_MS} ms pause after an answer other than 200); the stall is from the SIGKILL to the answer of the first 200 for a request sent after it (any client); the killed node is restarted on its data directory and has caught up before the next kill. Stalls (ms): ${stalls.map((s) => fmt(s.stallMs, 0)).join(', ')}. During the stalls the clients got: ${describe(stalls.reduce<Record<string, number>>((all, s) => { for (const [k, v] of Object.entries(s.seen)) all[k] = (all[k] ?? 0) + v; return all; }, {}))} (a 503 from haproxy: no server up). Rejoin (restart to caught up, ms): ${stalls.map((s) => fmt(s.rejoinMs, 0)).join(', ')}.`,
         ]),
     errorLines.length === 0 ? 'Node logs: no error lines.' : `Node logs: ${errorLines.length} error line(s), the first: ${errorLines.slice(0, 5).map((l) => `\`${l.replace(/`/g, "'")}\``).join('; ')}.`,
   ];
