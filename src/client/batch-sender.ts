@@ -205,6 +205,19 @@ async function sendGroup(
     for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, lastStatus, lastError, reached));
     return null;
   };
+  /**
+   * A final answer that does not judge the writes themselves (a redirect: a proxy's, a load
+   * balancer's; a 401 after a key was revoked; a whole batch refused): after an attempt that may
+   * have reached the server it says nothing of that attempt, so the writes may have been applied,
+   * and the error says so, with the answer as its cause.
+   */
+  const refuseAll = (status: number, type: string | null, body: unknown, location: string | null = null): null => {
+    for (const w of current.writes) {
+      const answer = new IntakeRequestError(identity(w), status, type, body, location);
+      w.reject(reached ? new IntakeUnavailableError(identity(w), attempts, status, answer, true) : answer);
+    }
+    return null;
+  };
   for (;;) {
     const remainingMs = deadlineAtMs - performance.now();
     // Too little left for an attempt (one cut short before it connects would count as maybe
@@ -228,15 +241,8 @@ async function sendGroup(
       if (!neverConnected(outcome.error)) reached = true;
     } else if (outcome.status >= 300 && outcome.status < 400) {
       // fetch is told not to follow redirects (transport.ts): a redirect is a final answer that
-      // names where it pointed. Not from the server (a proxy's, a load balancer's), it says
-      // nothing of an earlier attempt that may have reached the server: then the write may have
-      // been applied, and the error says so.
-      const location = outcome.headers.get('location');
-      for (const w of current.writes) {
-        const redirect = new IntakeRequestError(identity(w), outcome.status, null, outcome.body, location);
-        w.reject(reached ? new IntakeUnavailableError(identity(w), attempts, outcome.status, redirect, true) : redirect);
-      }
-      return null;
+      // names where it pointed.
+      return refuseAll(outcome.status, null, outcome.body, outcome.headers.get('location'));
     } else if (outcome.status === 200 && lone !== null) {
       progress.lastSettledAtMs = performance.now();
       settleFinal(lone, 200, outcome.body);
@@ -282,20 +288,13 @@ async function sendGroup(
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
       progress.lastSettledAtMs = performance.now();
-      // After an attempt that may have reached the server, only an answer that judges the write
-      // itself says it was not applied: a write sent alone answered 422 (its body), 404 (what it
-      // names) or 413 (its size) gets that only if the first attempt was not applied, since under
-      // the same Idempotency-Key an applied write replays. Anything else (the key refused: 401,
-      // 403, revoked between the attempts; a path, method or content type refused: a proxy's
-      // answer, a server without /batch; any final answer to a whole batch) says nothing of the
-      // earlier attempt: the write may have been applied, and the error says so.
+      // Only a write sent alone answered 422 (its body), 404 (what it names) or 413 (its size) is
+      // judged itself: under the same Idempotency-Key a write an earlier attempt applied would
+      // have been replayed, so it was not applied. Anything else (the key refused: 401, 403; a
+      // path, method or content type refused; any final answer to a whole batch) is refuseAll's.
       const judgesTheWrite = lone !== null && (outcome.status === 422 || outcome.status === 404 || outcome.status === 413);
-      for (const w of current.writes) {
-        if (reached && !judgesTheWrite) {
-          const answer = new IntakeRequestError(identity(w), outcome.status, errorType(outcome.body), outcome.body);
-          w.reject(new IntakeUnavailableError(identity(w), attempts, outcome.status, answer, true));
-        } else settleFinal(w, outcome.status, outcome.body);
-      }
+      if (reached && !judgesTheWrite) return refuseAll(outcome.status, errorType(outcome.body), outcome.body);
+      for (const w of current.writes) settleFinal(w, outcome.status, outcome.body);
       return null;
     }
     // A 429 applied nothing (refused before anything was read into the state); any other answer

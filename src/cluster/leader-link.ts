@@ -155,6 +155,8 @@ export class LeaderLink implements CommandSink {
   private readonly probeTimer: NodeJS.Timeout;
   private probing = false;
   private lastOkMs = -Infinity;
+  /** /readyz: 200 while a leader answered within this long (LeaderLinkOptions.readyWithinMs, at least MIN_READY_WITHIN_MS). */
+  private readonly readyWithinMs: number;
   /** Since when no exchange with a leader succeeded (null: the last one did), and why. */
   private failingSinceMs: number | null = null;
   private failure = '';
@@ -166,6 +168,7 @@ export class LeaderLink implements CommandSink {
 
   constructor(options: LeaderLinkOptions) {
     this.options = options;
+    this.readyWithinMs = Math.max(MIN_READY_WITHIN_MS, options.readyWithinMs ?? 0);
     this.limits = { ...DEFAULT_LINK_LIMITS, ...options.limits };
     const agentOptions = { keepAlive: true, maxSockets: this.limits.maxPostsInFlight + 1, timeout: IDLE_SOCKET_MS };
     this.agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
@@ -218,7 +221,7 @@ export class LeaderLink implements CommandSink {
     // under the ready window) is not ready, however recently a leader answered.
     const refusal = this.refusal();
     if (refusal !== null) return refusal.message;
-    if (performance.now() - this.lastOkMs <= Math.max(MIN_READY_WITHIN_MS, this.options.readyWithinMs ?? 0)) return null;
+    if (performance.now() - this.lastOkMs <= this.readyWithinMs) return null;
     return this.failingSinceMs !== null ? `this node cannot reach the cluster's leader (${this.failure})` : 'the cluster\'s leader has not answered this node lately';
   }
 
