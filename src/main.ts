@@ -46,6 +46,7 @@ import { buildOpenApi } from './schemas/openapi.ts';
 import { buildValidators } from './schemas/validators.ts';
 import { createLogger } from './telemetry/logger.ts';
 import { Metrics } from './telemetry/metrics.ts';
+import { logUnhandledRejections } from './telemetry/unhandled.ts';
 import { MappingPool } from './workers/mapping-pool.ts';
 
 /**
@@ -169,13 +170,7 @@ async function main(): Promise<void> {
   process.on('SIGXFSZ', () => log.error('file size limit reached (SIGXFSZ)'));
   // No request may end the process: a stray rejected promise is logged, and the journal's own
   // failure handling decides what is still accepted.
-  process.on('unhandledRejection', (reason) => {
-    // lmdb-js starts each write batch with a write of its own whose promise nobody holds; when
-    // that batch's commit fails, it is rejected unhandled. The failure itself reaches the puts
-    // of that commit (the journal's: journal.ts reports it), so this one is only noise.
-    if (reason instanceof Error && 'commitError' in reason) return log.debug({ err: reason }, 'lmdb-js: a commit failed (reported where it matters)');
-    log.error({ err: reason }, 'unhandled promise rejection');
-  });
+  logUnhandledRejections(log);
 
   // One server per data directory, and a port no other program listens on: found before the
   // store is opened or recovery starts (data-dir.ts, port-check.ts).

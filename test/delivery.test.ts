@@ -108,6 +108,25 @@ function sinkSuite(harness: SinkHarness): void {
     await assertSinkEqualsJournal(again, target);
   });
 
+  test('a backlog cut into batches by DELIVERY_BATCH_BYTES goes without waiting: only a sink that caught up lingers', async () => {
+    // 40 records of about 2 KB, durable in one commit (one POST /batch): 16 KiB batches take 7
+    // or 8 each. Before 2026-11-29 every batch short of DELIVERY_BATCH_RECORDS waited
+    // DELIVERY_LINGER_MS, cut by bytes or not: 6 batches, 12 s at 2 s each. Now only the last
+    // read, which reaches the durable end, waits (found by a review).
+    const target = await newTarget();
+    const server = await start({ env: { ...target.env, DELIVERY_BATCH_BYTES: '16384', DELIVERY_LINGER_MS: '2000' } });
+    const requests = Array.from({ length: 40 }, (_, i) => ({ method: 'POST', path: '/product', body: { id: `big-${i}`, name: 'Big', description: 'd'.repeat(1_900) } }));
+    const startedAt = performance.now();
+    const res = await server.request<{ results: Array<{ status: number }> }>('/batch', { requests });
+    assert.equal(res.status, 200, res.text);
+    assert.ok(res.body.results.every((r) => r.status === 200), res.text.slice(0, 300));
+    const delivered = await assertSinkEqualsJournal(server, target);
+    assert.equal(delivered, 40);
+    const tookMs = performance.now() - startedAt;
+    assert.ok(tookMs < 8_000, `the backlog took ${Math.round(tookMs)} ms (one linger is 2,000)`);
+    assert.ok((await metric(server, 'intake_sink_batch_duration_seconds_count', { sink: harness.name }))! >= 3, 'cut into several batches');
+  });
+
   test('SIGKILL in the middle of delivery, then restart: no gap, no duplicate', async () => {
     // NATS: a 100 ms duplicate window, so the msg-id dedupe cannot be what keeps records single.
     const target = await newTarget(undefined, { duplicateWindowMs: 100 });

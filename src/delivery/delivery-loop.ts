@@ -40,8 +40,12 @@ export interface DeliveryReport {
   state(sink: string, up: boolean): void;
   /** `confirmed`: the sink's position after the batch (seq and marker), as it will be saved. */
   delivered(sink: string, seq: number, records: number, seconds: number, confirmed: Confirmed): void;
-  /** Where the sink was found when delivery (re)connected. */
-  position(sink: string, seq: number): void;
+  /**
+   * Where the sink was found when delivery (re)connected, or the position moved past records
+   * retention trimmed: the sink's position from now on (seq and marker), as it will be saved,
+   * even when lower than one reported before (a stream deleted and created again).
+   */
+  position(sink: string, confirmed: Confirmed): void;
   /** A sink call did not return within the stall timeout. */
   stalled(sink: string): void;
 }
@@ -130,9 +134,12 @@ export class DeliveryLoop {
           else await this.durable.waitBeyond(this.position, IDLE_WAIT_MS);
           continue;
         }
-        if (batch.length < this.options.batchRecords && this.options.lingerMs > 0) {
+        if (batch.length < this.options.batchRecords && this.options.lingerMs > 0 && batch[batch.length - 1]!.seq >= this.durable.value) {
           // Caught up: a few records per batch would cost a round trip (and a PostgreSQL commit)
-          // each. Let the batch fill for a moment; delivery is this much later, never slower.
+          // each. Let the batch fill for a moment; delivery is this much later, never slower. Only
+          // when the read reached the durable end: a batch cut short by DELIVERY_BATCH_BYTES (big
+          // records) or by a gap has more behind it, and waited each time before 2026-11-29
+          // (found by a review: a backlog of big records went a batch per DELIVERY_LINGER_MS).
           await this.sleep(this.options.lingerMs);
           batch = this.read();
         }
@@ -172,7 +179,7 @@ export class DeliveryLoop {
     if (gone > this.position) {
       this.log.warn({ sink: this.sink.kind, missing: [this.position + 1, gone] }, 'records were trimmed from the journal before this sink received them');
       this.position = gone;
-      this.report.position(this.sink.kind, gone);
+      this.report.position(this.sink.kind, { seq: gone, marker: this.marker });
     }
     await this.sleep(NOTHING_STORED_WAIT_MS);
   }
@@ -235,7 +242,7 @@ export class DeliveryLoop {
     this.marker = found.marker;
     this.confirmed = { seq: found.seq, marker: found.marker };
     this.opened = true;
-    this.report.position(this.sink.kind, found.seq);
+    this.report.position(this.sink.kind, this.confirmed);
     await this.savePosition();
     // Reachable. After an outage "back" waits for a confirmed batch (or nothing to deliver):
     // a sink that connects but refuses every batch must not log down, back, down, back...

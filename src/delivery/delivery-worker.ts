@@ -7,6 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { openStore } from '../journal/store.ts';
 import { createLogger } from '../telemetry/logger.ts';
+import { logUnhandledRejections } from '../telemetry/unhandled.ts';
 import { DeliveryLoop, type DeliveryOptions, type DeliveryReport, type Positions } from './delivery-loop.ts';
 import { DurableSignal, heartbeatMs } from './durable-signal.ts';
 import { JournalReader } from './journal-reader.ts';
@@ -29,7 +30,7 @@ export interface DeliveryWorkerData {
 export type WorkerMessage =
   | { type: 'state'; sink: string; up: boolean }
   | { type: 'delivered'; sink: string; seq: number; records: number; seconds: number; confirmed: Confirmed }
-  | { type: 'position'; sink: string; seq: number }
+  | { type: 'position'; sink: string; confirmed: Confirmed }
   | { type: 'stalled'; sink: string }
   | { type: 'stopped' };
 
@@ -45,11 +46,12 @@ function main(): void {
   const data = workerData as DeliveryWorkerData;
   const store = openStore(data.dataDir);
   const log = createLogger(data.logLevel).child({ component: 'delivery' });
+  logUnhandledRejections(log);
   const post = (message: WorkerMessage): void => port.postMessage(message);
   const report: DeliveryReport = {
     state: (sink, up) => post({ type: 'state', sink, up }),
     delivered: (sink, seq, records, seconds, confirmed) => post({ type: 'delivered', sink, seq, records, seconds, confirmed }),
-    position: (sink, seq) => post({ type: 'position', sink, seq }),
+    position: (sink, confirmed) => post({ type: 'position', sink, confirmed }),
     stalled: (sink) => post({ type: 'stalled', sink }),
   };
   const positions: Positions = {

@@ -46,7 +46,14 @@ export class Delivery {
   private stopWatching: (() => void) | null = null;
   private stopping = false;
   private watchingDurable = false;
-  /** Each sink's position as its last batch reported it (ahead of LMDB's until the worker's save lands), by sink id. */
+  /**
+   * Each sink's position as the worker last reported it (a confirmed batch, or where the sink was
+   * found on connecting), by sink id: LMDB's copy catches up when the worker's save lands, so
+   * this one, when there is one, is the newer. It may be lower than LMDB's: a NATS stream deleted
+   * and created again is found at 0 (before 2026-11-29 only batches were reported, and the
+   * leader shared the deleted stream's position until the new stream confirmed a batch; a new
+   * leader that adopted it could trim records the new stream never got; found by a review).
+   */
   private readonly reported = new Map<string, Confirmed>();
   /**
    * Workers being stopped (stop() until each ended). All of them, not the latest only: a newer
@@ -54,7 +61,7 @@ export class Delivery {
    * saving its positions (found by a review, 2026-11-28).
    */
   private readonly stoppingWorkers = new Set<Promise<void>>();
-  /** Called after each batch a sink confirmed (cluster mode: the leader shares the positions). */
+  /** Called after each batch a sink confirmed, and when a sink's position was found or moved (cluster mode: the leader shares the positions). */
   onDelivered: (() => void) | null = null;
 
   constructor(settings: Settings, store: Store, journal: Journal, metrics: Metrics, log: Logger) {
@@ -105,7 +112,7 @@ export class Delivery {
       const id = sinkId(config);
       const saved = readConfirmed(this.store, id);
       const reported = this.reported.get(id) ?? null;
-      const confirmed = saved === null || (reported !== null && reported.seq > saved.seq) ? reported : saved;
+      const confirmed = reported ?? saved;
       if (confirmed !== null) out.push({ sink: id, confirmed });
     }
     return out;
@@ -128,10 +135,11 @@ export class Delivery {
     let adopted = 0;
     for (const { sink, confirmed } of positions) {
       if (!configured.has(sink)) continue;
+      // What an earlier worker of this node reported is older than what the cluster holds now.
+      this.reported.delete(sink);
       const own = readConfirmed(this.store, sink);
       if (own !== null && own.seq === confirmed.seq && JSON.stringify(own.marker) === JSON.stringify(confirmed.marker)) continue;
       await saveConfirmed(this.store, sink, confirmed);
-      this.reported.delete(sink);
       adopted++;
     }
     return adopted;
@@ -199,8 +207,12 @@ export class Delivery {
         const config = this.configs.find((c) => c.kind === message.sink);
         if (config !== undefined) this.reported.set(sinkId(config), message.confirmed);
         this.onDelivered?.();
+      } else if (message.type === 'position') {
+        this.metrics?.position(message.sink, message.confirmed.seq);
+        const config = this.configs.find((c) => c.kind === message.sink);
+        if (config !== undefined) this.reported.set(sinkId(config), message.confirmed);
+        this.onDelivered?.();
       }
-      else if (message.type === 'position') this.metrics?.position(message.sink, message.seq);
       else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
       // 'stopped': stop() listens for it.
     });

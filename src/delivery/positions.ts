@@ -35,6 +35,8 @@ export function readConfirmed(store: Store, id: string): Confirmed | null {
  */
 export function saveConfirmed(store: Store, id: string, confirmed: Confirmed): Promise<unknown> {
   const saved = confirmedDb(store).put(confirmedKey(id), confirmed);
-  void store.delivery.put(id, confirmed.seq);
+  // The same transaction as `saved`, whose promise the caller awaits and reports: this one's
+  // rejection (a full disk) is the same failure, and unhandled it ended the delivery thread.
+  store.delivery.put(id, confirmed.seq).catch(() => undefined);
   return saved;
 }
