@@ -11,7 +11,8 @@
 //   applied everything the leader committed in it, ÷ the records it applied (GET /cluster
 //   appliedSeq).
 // - Throughput and p99 at 256 connections: wrk -t1 -c256 (one C thread leaves the 2 cores to the
-//   server more than autocannon would), single node and leader, directly.
+//   server more than autocannon would), single node and leader, directly, in `rounds` alternating
+//   rounds (medians; every round is listed).
 // - Failover stall: HAProxy (config from deploy/haproxy.cfg) in front of failoverNodes nodes (3:
 //   the two above and one more follower), 4 clients sending track events through it, each in a
 //   loop (an Idempotency-Key each; after a non-200 it waits 20 ms). kill -9 of the leader, then
@@ -242,9 +243,9 @@ async function main(): Promise<void> {
   let unexpectedSingle = 0;
   /** CPU ms per second of the idle cluster (measured during the single-node rounds). */
   const idle = { leader: [] as number[], follower: [] as number[], pg: [] as number[] };
-  let wrk: { single: WrkResult; leader: WrkResult } | null = null;
+  /** The saturated rounds (wrk), in the order run: single node and leader alternating which goes first. */
+  const saturated: Array<{ single: WrkResult; leader: WrkResult; cpu: { single: number; leader: number; pg: number; follower: number } }> = [];
   /** CPU µs per request (the follower: per record applied) in the saturated rounds. */
-  let saturatedCpu: { single: number; leader: number; pg: number; follower: number } | null = null;
   let stalls: Kill[] = [];
   try {
     // node1 first, so that it leads; node2 follows.
@@ -284,25 +285,37 @@ async function main(): Promise<void> {
     }
 
     const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };
-    process.stderr.write(`wrk -t1 -c${SATURATION_CONNECTIONS} ${saturationSeconds}s: single node, then leader\n`);
-    const singleCpu0 = cpuSeconds(single.child.pid!);
-    const singleWrk = runWrk(`${single.url}/msv_cevt`, trackBody(singleDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds);
-    const singleSatCpu = cpuSeconds(single.child.pid!) - singleCpu0;
-    const fromSeq = await caughtUp(follower, await appliedSeq(leader));
-    const sat0 = { leader: cpuSeconds(leader.pid!), follower: cpuSeconds(follower.pid!), pg: pg.cpuSeconds() };
-    const leaderWrk = runWrk(`${leader.url}/msv_cevt`, trackBody(leaderDids[0]!, 0), headers, SATURATION_CONNECTIONS, saturationSeconds);
-    const leaderSatCpu = cpuSeconds(leader.pid!) - sat0.leader;
-    const pgSatCpu = pg.cpuSeconds() - sat0.pg;
-    const toSeq = await caughtUp(follower, await appliedSeq(leader));
-    const followerSatCpu = cpuSeconds(follower.pid!) - sat0.follower;
-    wrk = { single: singleWrk, leader: leaderWrk };
     const perRequest = (cpuSec: number, requests: number) => (cpuSec / Math.max(1, requests)) * 1e6;
-    saturatedCpu = {
-      single: perRequest(singleSatCpu, singleWrk.requests),
-      leader: perRequest(leaderSatCpu, leaderWrk.requests),
-      pg: perRequest(pgSatCpu, leaderWrk.requests),
-      follower: perRequest(followerSatCpu, toSeq - fromSeq),
-    };
+    // One 5 s run each spread 0.57-0.81x between runs of one day (2026-11-29): as many rounds as
+    // the fixed-rate part, alternating which mode goes first, and the medians.
+    for (let round = 0; round < rounds; round++) {
+      process.stderr.write(`wrk -t1 -c${SATURATION_CONNECTIONS} ${saturationSeconds}s, round ${round + 1}/${rounds}: ${round % 2 === 0 ? 'single node, then leader' : 'leader, then single node'}\n`);
+      const runSingle = () => {
+        const cpu0 = cpuSeconds(single.child.pid!);
+        const result = runWrk(`${single.url}/msv_cevt`, trackBody(singleDids[0]!, round), headers, SATURATION_CONNECTIONS, saturationSeconds);
+        return { result, cpuUs: perRequest(cpuSeconds(single.child.pid!) - cpu0, result.requests) };
+      };
+      const runLeader = async () => {
+        const fromSeq = await caughtUp(follower, await appliedSeq(leader));
+        const sat0 = { leader: cpuSeconds(leader.pid!), follower: cpuSeconds(follower.pid!), pg: pg.cpuSeconds() };
+        const result = runWrk(`${leader.url}/msv_cevt`, trackBody(leaderDids[0]!, round), headers, SATURATION_CONNECTIONS, saturationSeconds);
+        const leaderCpu = cpuSeconds(leader.pid!) - sat0.leader;
+        const pgCpu = pg.cpuSeconds() - sat0.pg;
+        const toSeq = await caughtUp(follower, await appliedSeq(leader));
+        const followerCpu = cpuSeconds(follower.pid!) - sat0.follower;
+        return { result, leader: perRequest(leaderCpu, result.requests), pg: perRequest(pgCpu, result.requests), follower: perRequest(followerCpu, toSeq - fromSeq) };
+      };
+      let s1: ReturnType<typeof runSingle>;
+      let l1: Awaited<ReturnType<typeof runLeader>>;
+      if (round % 2 === 0) {
+        s1 = runSingle();
+        l1 = await runLeader();
+      } else {
+        l1 = await runLeader();
+        s1 = runSingle();
+      }
+      saturated.push({ single: s1.result, leader: l1.result, cpu: { single: s1.cpuUs, leader: l1.leader, pg: l1.pg, follower: l1.follower } });
+    }
 
     // The failover's other followers, caught up before haproxy sends them anything.
     for (const extra of nodes.slice(2)) {
@@ -337,17 +350,18 @@ async function main(): Promise<void> {
     `| CPU µs / track event: leader + PostgreSQL | ${fmt(single1)} | ${fmt(leader1 + pg1)} | ${((leader1 + pg1) / single1).toFixed(2)}× | (reported) |`,
     `| follower CPU µs / applied record | – | ${fmt(follower1)} | ${followerRatio.toFixed(2)}× the leader's per request | ≤ ${TARGETS.followerCpu}×: ${verdict(followerRatio <= TARGETS.followerCpu)} |`,
   ];
-  if (wrk !== null) {
-    const ratio = wrk.leader.requestsPerSec / wrk.single.requestsPerSec;
-    rows.push(`| req/s at ${SATURATION_CONNECTIONS} connections (wrk -t1, ${saturationSeconds} s) | ${fmt(wrk.single.requestsPerSec, 0)} | ${fmt(wrk.leader.requestsPerSec, 0)} | ${ratio.toFixed(2)}× | ≥ ${TARGETS.throughput}×: ${verdict(ratio >= TARGETS.throughput)} |`);
-    rows.push(`| p99 ms at ${SATURATION_CONNECTIONS} connections (p50) | ${wrk.single.p99Ms} (${wrk.single.p50Ms}) | ${wrk.leader.p99Ms} (${wrk.leader.p50Ms}) | | (reported) |`);
-    if (saturatedCpu !== null) {
-      const c = saturatedCpu;
-      const all = c.leader + c.pg + c.follower;
-      rows.push(
-        `| CPU µs / request at ${SATURATION_CONNECTIONS} connections: leader + PostgreSQL + follower (per record) | ${fmt(c.single)} | ${fmt(c.leader)} + ${fmt(c.pg)} + ${fmt(c.follower)} = ${fmt(all)} | ${(all / c.single).toFixed(2)}× (its inverse, ${(c.single / all).toFixed(2)}, is the throughput ratio the machine's CPU allows) | (reported) |`,
-      );
-    }
+  if (saturated.length > 0) {
+    const med = (pick: (r: (typeof saturated)[number]) => number) => median(saturated.map(pick));
+    const singleRps = med((r) => r.single.requestsPerSec);
+    const leaderRps = med((r) => r.leader.requestsPerSec);
+    const ratio = leaderRps / singleRps;
+    rows.push(`| req/s at ${SATURATION_CONNECTIONS} connections (wrk -t1, ${saturationSeconds} s, median of ${saturated.length} alternating rounds) | ${fmt(singleRps, 0)} | ${fmt(leaderRps, 0)} | ${ratio.toFixed(2)}× | ≥ ${TARGETS.throughput}×: ${verdict(ratio >= TARGETS.throughput)} |`);
+    rows.push(`| p99 ms at ${SATURATION_CONNECTIONS} connections (p50), medians | ${fmt(med((r) => r.single.p99Ms), 2)} (${fmt(med((r) => r.single.p50Ms), 2)}) | ${fmt(med((r) => r.leader.p99Ms), 2)} (${fmt(med((r) => r.leader.p50Ms), 2)}) | | (reported) |`);
+    const c = { single: med((r) => r.cpu.single), leader: med((r) => r.cpu.leader), pg: med((r) => r.cpu.pg), follower: med((r) => r.cpu.follower) };
+    const all = c.leader + c.pg + c.follower;
+    rows.push(
+      `| CPU µs / request at ${SATURATION_CONNECTIONS} connections: leader + PostgreSQL + follower (per record), medians | ${fmt(c.single)} | ${fmt(c.leader)} + ${fmt(c.pg)} + ${fmt(c.follower)} = ${fmt(all)} | ${(all / c.single).toFixed(2)}× (its inverse, ${(c.single / all).toFixed(2)}, is the throughput ratio the machine's CPU allows) | (reported) |`,
+    );
   }
   if (stalls.length > 0) {
     const values = stalls.map((s) => s.stallMs);
@@ -368,7 +382,11 @@ async function main(): Promise<void> {
     `CPU per request: utime + stime of the process (all threads) ÷ requests answered, at ${fmt(ratePerSec, 0)} track events/s from ${RATE_CONNECTIONS} connections for ${seconds} s, median of ${rounds} alternating rounds. PostgreSQL: its whole process tree over the cluster round, the follower's catch-up reads included. Follower: its CPU from the round's start until it has applied what the leader committed in it, ÷ the records it applied.`,
     `Rounds: single node µs/request ${singleCpu.map((v) => fmt(v)).join(', ')} (achieved ${singleRps.map((v) => fmt(v, 0)).join(', ')} req/s); leader µs/request ${cluster.map((r) => fmt(r.leaderUs)).join(', ')} (achieved ${cluster.map((r) => fmt(r.rps, 0)).join(', ')} req/s); PostgreSQL µs/request ${cluster.map((r) => fmt(r.pgUs)).join(', ')}; follower µs/record ${cluster.map((r) => fmt(r.followerUsPerRecord)).join(', ')} (records ${cluster.map((r) => r.records).join(', ')}; caught up ${cluster.map((r) => fmt(r.catchUpMs, 0)).join(', ')} ms after the load ended). Answers other than 200 at the fixed rate: single ${unexpectedSingle}, leader ${cluster.reduce((a, r) => a + r.unexpected, 0)}.`,
     `The idle cluster (during the single-node rounds, which load the machine too): leader ${fmt(median(idle.leader))}, follower ${fmt(median(idle.follower))}, PostgreSQL ${fmt(median(idle.pg))} CPU ms per second (lease renewals, the follower's 250 ms poll, elections); at ${fmt(ratePerSec, 0)} records/s the follower's idle share is ${fmt((median(idle.follower) / ratePerSec) * 1000)} µs per record.`,
-    ...(wrk === null ? [] : [`wrk non-2xx: single ${wrk.single.non2xx}, leader ${wrk.leader.non2xx}.`]),
+    ...(saturated.length === 0
+      ? []
+      : [
+          `Saturated rounds (wrk -t1 -c${SATURATION_CONNECTIONS}, ${saturationSeconds} s each; odd rounds single node first, even rounds leader first): req/s single ${saturated.map((r) => fmt(r.single.requestsPerSec, 0)).join(', ')}; leader ${saturated.map((r) => fmt(r.leader.requestsPerSec, 0)).join(', ')} (ratios ${saturated.map((r) => (r.leader.requestsPerSec / r.single.requestsPerSec).toFixed(2)).join(', ')}); CPU µs / request single ${saturated.map((r) => fmt(r.cpu.single)).join(', ')}, leader ${saturated.map((r) => fmt(r.cpu.leader)).join(', ')}, PostgreSQL ${saturated.map((r) => fmt(r.cpu.pg)).join(', ')}, follower per record ${saturated.map((r) => fmt(r.cpu.follower)).join(', ')}. wrk non-2xx: single ${saturated.reduce((a, r) => a + r.single.non2xx, 0)}, leader ${saturated.reduce((a, r) => a + r.leader.non2xx, 0)}.`,
+        ]),
     ...(stalls.length === 0
       ? []
       : [
