@@ -3,7 +3,9 @@
 // intake/client, each phase on a fresh server, with a light steady track-event load beside both.
 // Reports wall time, items/s, server CPU per item (utime + stime of all threads, /proc), and the
 // track events' p50/p99. Targets: batches >= 5x the single-request rate, CPU per item <= 0.3x.
-//   npm run bench:batch -- [items=100000] [connections=64] [batchItems=1000] [trackPerSec=200] [concurrentBatches=4]
+// Each phase runs `rounds` times, the order alternating (singles first, then batches first), and
+// the ratios are those of the medians: one run of each spread 0.26-0.32x in CPU on one morning.
+//   npm run bench:batch -- [items=100000] [connections=64] [batchItems=1000] [trackPerSec=200] [concurrentBatches=4] [rounds=3]
 import { writeFileSync, mkdirSync } from 'node:fs';
 import autocannon from 'autocannon';
 // The compiled client, as `intake/client` resolves for a user (package.json exports), not tsx's
@@ -20,6 +22,8 @@ const connections = Number(process.argv[3] ?? 64);
 const batchItems = Number(process.argv[4] ?? 1_000);
 const trackPerSec = Number(process.argv[5] ?? 200);
 const concurrentBatches = Number(process.argv[6] ?? 4);
+const rounds = Number(process.argv[7] ?? 3);
+if (!Number.isInteger(rounds) || rounds < 1) throw new Error('rounds must be a whole number, at least 1');
 const WARM_UP_ITEMS = 5_000;
 
 const product = (prefix: string, i: number) => ({
@@ -115,29 +119,55 @@ async function phase(name: string, send: (server: RunningServer, prefix: string,
   }
 }
 
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
 async function main(): Promise<void> {
-  const single = await phase(`${items.toLocaleString('en-US')} single requests, ${connections} connections`, singles);
-  const batched = await phase(`batches of ${batchItems.toLocaleString('en-US')} via intake/client (${concurrentBatches} in flight, gzip'd)`, (server, prefix, amount) => batches(server, prefix, amount));
+  const singleName = `${items.toLocaleString('en-US')} single requests, ${connections} connections`;
+  const batchedName = `batches of ${batchItems.toLocaleString('en-US')} via intake/client (${concurrentBatches} in flight, gzip'd)`;
   // On loopback gzip only costs: the same without it shows what inflating adds to the server's CPU.
-  const plain = await phase(`the same, not gzip'd (gzipThresholdBytes: Infinity)`, (server, prefix, amount) => batches(server, prefix, amount, Infinity));
-  const rate = batched.perSec / single.perSec;
-  const cpu = batched.cpuUsPerItem / single.cpuUsPerItem;
+  const plainName = `the same, not gzip'd (gzipThresholdBytes: Infinity)`;
+  const runs: Array<{ single: Phase; batched: Phase; plain: Phase }> = [];
+  for (let round = 0; round < rounds; round++) {
+    const runSingle = () => phase(`${singleName} (round ${round + 1})`, singles);
+    const runBatched = () => phase(`${batchedName} (round ${round + 1})`, (server, prefix, amount) => batches(server, prefix, amount));
+    const runPlain = () => phase(`${plainName} (round ${round + 1})`, (server, prefix, amount) => batches(server, prefix, amount, Infinity));
+    if (round % 2 === 0) {
+      const single = await runSingle();
+      const batched = await runBatched();
+      runs.push({ single, batched, plain: await runPlain() });
+    } else {
+      const plain = await runPlain();
+      const batched = await runBatched();
+      runs.push({ single: await runSingle(), batched, plain });
+    }
+  }
+  const med = (pick: (r: (typeof runs)[number]) => number) => median(runs.map(pick));
+  const singleRate = med((r) => r.single.perSec);
+  const singleCpu = med((r) => r.single.cpuUsPerItem);
+  const rate = med((r) => r.batched.perSec) / singleRate;
+  const cpu = med((r) => r.batched.cpuUsPerItem) / singleCpu;
+  const plainRate = med((r) => r.plain.perSec) / singleRate;
+  const plainCpu = med((r) => r.plain.cpuUsPerItem) / singleCpu;
   const row = (p: Phase) =>
     `| ${p.name} | ${p.wallSec.toFixed(2)} | ${Math.round(p.perSec).toLocaleString('en-US')} | ${p.cpuUsPerItem.toFixed(1)} | ${p.senderUsPerItem.toFixed(1)} | ${p.track.p50} / ${p.track.p99} / ${p.track.max} (${p.track.sent}, non-200 ${p.track.non200 + p.track.errors}) | ${p.non200} |`;
   const text = [
     `# bench:batch ${new Date().toISOString()}`,
     '',
-    `Machine: ${(await import('node:os')).cpus().length} × ${(await import('node:os')).cpus()[0]?.model ?? '?'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench:batch -- ${items} ${connections} ${batchItems} ${trackPerSec} ${concurrentBatches}\`.`,
-    `${items.toLocaleString('en-US')} product upserts (new ids, ~250-byte bodies) on a fresh server per phase, after ${WARM_UP_ITEMS.toLocaleString('en-US')} warm-up upserts sent the same way. Server CPU: utime + stime of the server process (all threads) over the phase ÷ items; it includes the track events (${trackPerSec}/s from a separate process, timed send to answer).`,
+    `Machine: ${(await import('node:os')).cpus().length} × ${(await import('node:os')).cpus()[0]?.model ?? '?'}, Node ${process.version}; load generator on the same machine. Command: \`npm run bench:batch -- ${items} ${connections} ${batchItems} ${trackPerSec} ${concurrentBatches} ${rounds}\`.`,
+    `${items.toLocaleString('en-US')} product upserts (new ids, ~250-byte bodies) on a fresh server per phase, after ${WARM_UP_ITEMS.toLocaleString('en-US')} warm-up upserts sent the same way. Server CPU: utime + stime of the server process (all threads) over the phase ÷ items; it includes the track events (${trackPerSec}/s from a separate process, timed send to answer). ${rounds} rounds, in the order run (odd rounds singles first, even rounds batches first); the ratios are those of the medians.`,
     '',
     '| phase | wall s | items/s | server CPU µs / item | sender CPU µs / item (this process: autocannon or the client) | track events p50 / p99 / max ms (sent) | failed items |',
     '|---|---|---|---|---|---|---|',
-    row(single),
-    row(batched),
-    row(plain),
+    ...runs.flatMap((r, i) => (i % 2 === 0 ? [row(r.single), row(r.batched), row(r.plain)] : [row(r.plain), row(r.batched), row(r.single)])),
     '',
+    `Medians: singles ${Math.round(singleRate).toLocaleString('en-US')} items/s, ${singleCpu.toFixed(1)} µs an item; gzip'd batches ${Math.round(med((r) => r.batched.perSec)).toLocaleString('en-US')}, ${med((r) => r.batched.cpuUsPerItem).toFixed(1)} µs; not gzip'd ${Math.round(med((r) => r.plain.perSec)).toLocaleString('en-US')}, ${med((r) => r.plain.cpuUsPerItem).toFixed(1)} µs.`,
     `Batches / singles: **${rate.toFixed(1)}×** the rate (target ≥ 5: ${rate >= 5 ? 'met' : '**missed**'}), **${cpu.toFixed(2)}×** the server CPU per item (target ≤ 0.3: ${cpu <= 0.3 ? 'met' : '**missed**'}).`,
-    `Not gzip'd: **${(plain.perSec / single.perSec).toFixed(1)}×** the rate, **${(plain.cpuUsPerItem / single.cpuUsPerItem).toFixed(2)}×** the CPU per item.`,
+    `Not gzip'd: **${plainRate.toFixed(1)}×** the rate, **${plainCpu.toFixed(2)}×** the CPU per item.`,
+    `Per round (gzip'd, not gzip'd): ${runs.map((r, i) => `${i + 1}: ${(r.batched.perSec / r.single.perSec).toFixed(1)}× / ${(r.batched.cpuUsPerItem / r.single.cpuUsPerItem).toFixed(2)}×, ${(r.plain.perSec / r.single.perSec).toFixed(1)}× / ${(r.plain.cpuUsPerItem / r.single.cpuUsPerItem).toFixed(2)}×`).join('; ')}.`,
     '',
   ].join('\n');
   process.stdout.write(text);
