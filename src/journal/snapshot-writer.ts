@@ -254,15 +254,22 @@ export class SnapshotWriter {
    * gets the local id to use and resolves to the complete meta it stored; older local snapshots
    * are then removed, and `then` runs (the caller rebuilds the state from it there: until then
    * the state in memory is older than the snapshot, and no snapshot may be taken of it).
+   * The snapshot counts as covered (lastCoveredSeq, what retention trims up to) only once `then`
+   * has rebuilt the state from it. Before 2026-11-29 it counted from the moment it was stored: a
+   * trim during the copy of the records before it (a join) took the snapshot's seq as its limit
+   * with the old state's key table (empty on an empty directory), and could drop copied records
+   * that the snapshot's remembered keys name, so a retried key got no first answer (found by a
+   * review). If `then` fails, the old covered seq stays: no trim or snapshot leans on a state
+   * that was never rebuilt.
    */
   async install(write: (id: number) => Promise<SnapshotMeta>, then: () => Promise<void>): Promise<SnapshotMeta> {
     this.installing = true;
     try {
       await this.abort();
       const meta = await write(this.nextId++);
-      this.cover(meta);
       await removeSnapshotsBefore(this.store, meta.id);
       await then();
+      this.cover(meta);
       return meta;
     } finally {
       this.installing = false;
