@@ -118,6 +118,13 @@ export class Delivery {
     return out;
   }
 
+  /** A sink's position as the worker reported it (`kind`: the sink's kind), shared in cluster mode. */
+  private noteReported(kind: string, confirmed: Confirmed): void {
+    const config = this.configs.find((c) => c.kind === kind);
+    if (config !== undefined) this.reported.set(sinkId(config), confirmed);
+    this.onDelivered?.();
+  }
+
   /**
    * Takes the positions the cluster's last leader saved (read when this node starts leading),
    * before delivery starts. Without them a node that never delivered found a NATS stream its
@@ -204,14 +211,10 @@ export class Delivery {
       if (message.type === 'state') this.metrics?.state(message.sink, message.up);
       else if (message.type === 'delivered') {
         this.metrics?.delivered(message.sink, message.seq, message.records, message.seconds);
-        const config = this.configs.find((c) => c.kind === message.sink);
-        if (config !== undefined) this.reported.set(sinkId(config), message.confirmed);
-        this.onDelivered?.();
+        this.noteReported(message.sink, message.confirmed);
       } else if (message.type === 'position') {
         this.metrics?.position(message.sink, message.confirmed.seq);
-        const config = this.configs.find((c) => c.kind === message.sink);
-        if (config !== undefined) this.reported.set(sinkId(config), message.confirmed);
-        this.onDelivered?.();
+        this.noteReported(message.sink, message.confirmed);
       }
       else if (message.type === 'stalled') this.metrics?.stalled(message.sink);
       // 'stopped': stop() listens for it.
