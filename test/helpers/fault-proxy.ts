@@ -13,6 +13,12 @@ export type Action =
   | { kind: 'drop-after'; then?: () => void }
   | { kind: 'status'; status: number; headers?: Record<string, string>; body?: unknown }
   | { kind: 'delay'; ms: number }
+  /**
+   * Forwards at once and relays the server's answer at `atMs` (this process's performance.now()),
+   * or at once if it came later: the answer's time no longer depends on how quickly a loaded
+   * machine runs the server, only on this process's timer.
+   */
+  | { kind: 'answer-at'; atMs: number }
   | { kind: 'hang' };
 
 export interface SeenRequest {
@@ -79,6 +85,14 @@ export async function startFaultProxy(upstream: string, plan: FaultProxy['plan']
       case 'delay':
         await new Promise((resolve) => setTimeout(resolve, action.ms));
         break;
+      case 'answer-at': {
+        const answer = await forward(upstream, req, request);
+        const waitMs = action.atMs - performance.now();
+        if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
+        res.writeHead(answer.status, answer.headers);
+        res.end(answer.body);
+        return;
+      }
       case 'drop-after': {
         await forward(upstream, req, request);
         action.then?.();
