@@ -16,6 +16,7 @@ import { cpuSeconds } from './lib/cpu.ts';
 import { startPacedTrack, type PacedResult } from './lib/paced-track.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
+import { median } from './lib/stats.ts';
 
 const items = Number(process.argv[2] ?? 100_000);
 const connections = Number(process.argv[3] ?? 64);
@@ -117,12 +118,6 @@ async function phase(name: string, send: (server: RunningServer, prefix: string,
   } finally {
     await server.stop();
   }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 async function main(): Promise<void> {

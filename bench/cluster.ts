@@ -35,6 +35,7 @@ import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { freePort, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
 import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 8);
 const rounds = Number(process.argv[3] ?? 3);
@@ -63,7 +64,6 @@ const TARGETS = { throughput: 0.7, leaderCpu: 1.25, followerCpu: 0.25, stallMs: 
 
 
 
-const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface ClusterRound {

@@ -11,6 +11,7 @@ import { runLoad, type LoadResult } from './lib/load.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { startOwnNats, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const durationSec = Number(process.argv[2] ?? 15);
 const rounds = Number(process.argv[3] ?? 2);
@@ -142,7 +143,6 @@ async function outage(nats: OwnServer, pg: OwnServer): Promise<{ backlog: Record
   }
 }
 
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 async function main(): Promise<void> {
   const nats = await startOwnNats();

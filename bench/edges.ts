@@ -15,6 +15,7 @@ import { quiet, someDevices } from './lib/populate.ts';
 import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled } from './lib/wrk.ts';
+import { median } from './lib/stats.ts';
 
 const RATE_CONNECTIONS = 64;
 const SATURATION_CONNECTIONS = 256;
@@ -61,11 +62,6 @@ function saturated(server: RunningServer, scenario: Scenario, did: (i: number) =
   return { requests: run.requests, rps: run.requestsPerSec, p99: run.p99Ms, non2xx: run.non2xx, cpuUs: ((cpuSeconds(pid) - cpu0) / n) * 1e6, stateUs: ((threadCpuSeconds(pid, pid) - state0) / n) * 1e6 };
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]! ) / 2;
-};
 const verdict = (met: boolean) => (met ? 'met' : '**missed**');
 
 export async function edgeBench(seconds = 10, rounds = 3, ratePerSec = 6000): Promise<string> {

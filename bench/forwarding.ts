@@ -27,6 +27,7 @@ import { someDevices } from './lib/populate.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT } from './lib/servers.ts';
 import { freePort, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 8);
 const rounds = Number(process.argv[3] ?? 3);
@@ -40,7 +41,6 @@ const LATENCY_PROBE_PER_SEC = 100;
 
 
 
-const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A counter's value from a node's /metrics (0 when absent). */

@@ -16,6 +16,7 @@ import { cpuSeconds } from './lib/cpu.ts';
 import { metricValue, settledMemory } from './lib/memory.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, startIntake, type RunningServer } from './lib/servers.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const keys = Number(process.argv[2] ?? 1_000_000);
 const roundSec = Number(process.argv[3] ?? 10);
@@ -97,7 +98,6 @@ async function main(): Promise<void> {
   } finally {
     await server.stop();
   }
-  const median = (values: number[]) => [...values].sort((x, y) => x - y)[Math.floor(values.length / 2)]!;
   const ratios = cpu.keyed.map((k, i) => k / cpu.plain[i]!);
   printTable(
     `bench:idempotency ${new Date().toISOString()}: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Node ${process.version}`,

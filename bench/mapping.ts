@@ -16,12 +16,12 @@ import { trackEventLoad, type TrackLatency } from './lib/load.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled } from './lib/wrk.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const mappingClients = Number(process.argv[3] ?? 1);
 const rounds = Number(process.argv[4] ?? 3);
 const generator = process.argv[5] ?? (wrkInstalled() ? 'wrk' : 'autocannon');
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const IDS = 100_000;
 const CONNECTIONS = 256;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

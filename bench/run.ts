@@ -31,6 +31,7 @@ import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
 import { edgeBench } from './edges.ts';
+import { median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
@@ -161,11 +162,6 @@ function load(server: RunningServer, scenario: Scenario, did: (i: number) => str
 const SATURATED_THROUGHPUT_TARGET = 0.75;
 const verdict = (met: boolean) => (met ? 'met' : '**missed**');
 /** The middle value; of an even count, the mean of the two middle ones (of 2 rounds: their mean, not the larger). */
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 
 interface SaturatedRun extends WrkResult {
   cpuUsPerRequest: number;

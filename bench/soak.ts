@@ -26,6 +26,7 @@ import { metricValue, rssAnonBytes } from './lib/memory.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { startOwnNats, startOwnPostgres } from './lib/sink-servers.ts';
+import { upperMedian as median } from './lib/stats.ts';
 
 const minutes = Number(process.argv[2] ?? 10);
 const ratePerSec = Number(process.argv[3] ?? 0);
@@ -202,10 +203,6 @@ function machineBusySeconds(): number {
 }
 
 const mean = (values: readonly number[]) => values.reduce((a, b) => a + b, 0) / values.length;
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-};
 
 async function main(): Promise<void> {
   const nats = sinks ? await startOwnNats() : null;

@@ -1,0 +1,13 @@
+// Medians for the benches' rounds (each bench had its own copy of one of these two).
+
+/** The middle value; with an even count, the mean of the two middle ones. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+/** The middle value; with an even count, the upper of the two middle ones (always a measured value). */
+export function upperMedian(values: readonly number[]): number {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+}
