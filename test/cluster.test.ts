@@ -477,7 +477,10 @@ describe('cluster mode', () => {
     const acknowledged = answeredByA.filter((r) => r.status === 200).map((r) => r.id);
     assert.ok(acknowledged.length > 0);
     for (const id of acknowledged) assert.ok(journal.has(id), `${id} was answered 200 by the frozen leader, so it is in the cluster's journal`);
-    assert.ok(answeredByA.some((r) => r.status === 503), 'after the takeover the former leader answers 503');
+    // Whether any of them is a 503 is a race, not a rule: if the resumed node sees its lease lost
+    // before it reads the requests waiting in its sockets, it holds them until it follows and
+    // forwards them to the new leader, which answers 200 (CI once saw no 503 at all).
+    assert.deepEqual(answeredByA.filter((r) => r.status !== 200 && r.status !== 503), [], 'the former leader answers 200 (committed) or 503, nothing else');
     // Its failed commits' writes too (a review found those without it): a client or haproxy retries after a second.
     assert.deepEqual(answeredByA.filter((r) => r.status === 503 && r.retryAfter !== '1'), [], 'every 503 says Retry-After: 1');
     const total = (await b.status()).appliedSeq;
