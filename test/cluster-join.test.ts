@@ -356,17 +356,23 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     const whole = exportLines<{ seq: number }>(joined.dataDir, 'events');
     assert.equal(whole[0]!.seq, firstKeyed);
     // As a crash in the middle of the copy leaves it: the marker set, the records before the
-    // snapshot only partly there.
+    // snapshot only partly there. And as a crash while a rejoining node removed its old journal
+    // leaves it: a batch of that journal before the hole (here seq 1 on, the first copied
+    // batch's records under another seq); the next start removes it too.
     const store = openStore(joined.dataDir);
     const cut: number[] = [];
     for (const key of store.journal.getKeys()) if (key > firstKeyed && key <= snapshotSeq) cut.push(key);
+    const stale = store.journal.get(firstKeyed);
+    assert.ok(stale !== undefined && 1 + stale.length < firstKeyed, 'a batch to leave before the copied records');
     await store.root.transaction(() => {
       for (const key of cut) store.journal.removeSync(key);
+      store.journal.putSync(1, stale);
       store.meta.putSync('joinCopyFrom', firstKeyed);
       store.meta.putSync('joinCopyTo', snapshotSeq);
     });
     await store.close();
     assert.ok(cut.length > 0, 'some records before the snapshot were removed');
+    assert.equal(exportLines<{ seq: number }>(joined.dataDir, 'events')[0]!.seq, 1, 'the stale batch is there before the start');
     const again = await c.add({ dataDir: joined.dataDir, nodeName: joined.nodeName });
     await nextLog(again, 'finished copying the journal records before the joined snapshot', 0);
     await caughtUp(again, a);
@@ -388,6 +394,20 @@ describe('cluster mode: snapshots in PostgreSQL, joining, retention', () => {
     await nextLog(again, 'finished copying the journal records before the joined snapshot', 0);
     await caughtUp(again, a);
     assert.deepEqual(exportLines(again.dataDir, 'events'), exportLines(a.dataDir, 'events').filter((e) => e.seq >= firstKeyed), 'the records before the snapshot are there');
+    assertSameState(again, a);
+  });
+
+  test('a join whose rebuild of the state from the snapshot fails ends the node (exit 1); restarted, it recovers from the joined snapshot', async () => {
+    const c = cluster({ JOURNAL_RETENTION_SECONDS: '1' });
+    const { a } = await leaderWithOwedCopy(c, 'r');
+    const dataDir = tempDataDir();
+    const marker = `${dataDir}.state-rebuild.fired`;
+    // Retried instead, the node held a dropped state meanwhile: it could take the lead with it,
+    // and a snapshot of it could replace the joined one.
+    await assert.rejects(c.add({ dataDir, nodeName: 'rebuilt', env: { INTAKE_TEST_THROW_ONCE: `state-rebuild:${marker}` } }), /exited \(1\)[^]*rebuilding the state from the joined snapshot failed: test fault: state-rebuild/, 'it joins before it listens, and ends there');
+    const again = await c.add({ dataDir, nodeName: 'rebuilt' });
+    await caughtUp(again, a);
+    assert.equal(logged(again, 'joined from the snapshot stored in PostgreSQL').length, 0, 'it recovered from the snapshot it had stored, with no second join');
     assertSameState(again, a);
   });
 

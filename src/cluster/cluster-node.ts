@@ -182,6 +182,13 @@ export interface ClusterMetrics {
 /** The local journal is not a prefix of the cluster's, or the data directory is not this cluster's (checkPrefix). */
 export class DivergedError extends Error {}
 
+/**
+ * Rebuilding the state failed after it was dropped (a join through a snapshot): the node holds
+ * an empty or partial state it must not serve, snapshot or lead from. It ends, as after a failed
+ * step-down; restarted, it recovers from its data directory, where the joined snapshot is complete.
+ */
+export class StateLostError extends Error {}
+
 /** Why checkPrefix refuses a data directory, and which kind of refusal it is (the message's cause). */
 interface Refusal {
   reason: string;
@@ -637,6 +644,11 @@ export class ClusterNode {
       } catch (error) {
         if (error instanceof DivergedError) {
           this.log.fatal({ err: error.message }, 'this node\'s journal is not a copy of the cluster\'s: stopping');
+          this.onFatal(error);
+          return;
+        }
+        if (error instanceof StateLostError) {
+          this.log.fatal({ err: error.cause ?? error }, 'rebuilding the state from the joined snapshot failed: stopping this node');
           this.onFatal(error);
           return;
         }

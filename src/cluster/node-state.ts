@@ -15,7 +15,7 @@
 // (the snapshot, and a local journal that starts at or before it).
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { SinkPosition } from '../delivery/delivery.ts';
-import { faultPoint } from '../config/fault-points.ts';
+import { faultPoint, throwPointOnceHere } from '../config/fault-points.ts';
 import type { Workspaces } from '../actors/workspace.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
 import type { Journal, RemoteCommit } from '../journal/journal.ts';
@@ -24,7 +24,7 @@ import { keptSinceMs, recover, replayRecord } from '../journal/recovery.ts';
 import type { SnapshotWriter } from '../journal/snapshot-writer.ts';
 import { readClusterId, writeClusterId, type SnapshotMeta, type Store } from '../journal/store.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import type { ClusterHost, SnapshotSource } from './cluster-node.ts';
+import { StateLostError, type ClusterHost, type SnapshotSource } from './cluster-node.ts';
 
 /** meta keys: the records a snapshot join still has to copy into the local journal. */
 const COPY_FROM_KEY = 'joinCopyFrom';
@@ -122,6 +122,7 @@ export class NodeState implements ClusterHost {
     await Promise.allSettled([...this.writes]);
     workspaces.clear();
     keys.clear();
+    throwPointOnceHere('state-rebuild');
     store.root.resetReadTxn();
     const report = recover(store, workspaces, interner, keys, dataDir);
     journal.reset(report.lastSeq);
@@ -211,8 +212,13 @@ export class NodeState implements ClusterHost {
       } catch (error) {
         this.deps.log.warn({ err: error }, 'copying the journal records before the snapshot failed; finishing it later');
       } finally {
-        // Whatever happened to the copy, the state is the snapshot's from now on.
-        await this.rebuild();
+        // Whatever happened to the copy, the state is the snapshot's from now on. A rebuild that
+        // fails leaves the state dropped: retried, the node could take the lead with it (the
+        // leader gone meanwhile), and a snapshot of it could replace the joined one (found by a
+        // review), so it is fatal.
+        await this.rebuild().catch((error: unknown) => {
+          throw new StateLostError(`rebuilding the state from the joined snapshot failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+        });
       }
     });
   }
@@ -228,6 +234,12 @@ export class NodeState implements ClusterHost {
   async finishCopy(source: Pick<SnapshotSource, 'batchesAfter'>): Promise<void> {
     const owed = this.pendingCopy();
     if (owed === null) return;
+    // The copy starts again from a local journal that holds nothing up to the snapshot: a crash
+    // while the join removed the old journal (a node that rejoins because retention trimmed past
+    // it) left part of it, before a hole, which `export events` showed (found by a review). What
+    // the cut-short copy put is copied again. Nothing after the snapshot is journaled here while
+    // the copy is owed: replication goes on only once it is done.
+    await removeJournal(this.deps.store, owed.to);
     await this.copyRecordsBefore(source, owed.from, owed.to);
     await this.copyDone();
   }
@@ -259,8 +271,9 @@ export class NodeState implements ClusterHost {
 }
 
 /** Deletes every batch of the local journal, in bounded LMDB transactions. */
-async function removeJournal(store: Store): Promise<void> {
-  const keys = [...store.journal.getKeys()];
+/** Removes the local journal's batches, all of them or those that start at or before `throughSeq`. */
+async function removeJournal(store: Store, throughSeq = Infinity): Promise<void> {
+  const keys = [...store.journal.getKeys(Number.isFinite(throughSeq) ? { end: throughSeq + 1 } : {})];
   for (let i = 0; i < keys.length; i += REMOVE_BATCHES_PER_TXN) {
     const group = keys.slice(i, i + REMOVE_BATCHES_PER_TXN);
     await store.root.transaction(() => {
