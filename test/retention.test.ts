@@ -3,7 +3,7 @@
 // (snapshot + what is left) gives the same state, and seq keeps growing across restarts.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { trimJournal } from '../src/journal/retention.ts';
+import { trimJournal, TRIM_RECORDS_PER_STEP } from '../src/journal/retention.ts';
 import { openStore } from '../src/journal/store.ts';
 import { exportLines, launch, runCli, startServer, T0, tempDataDir } from './helpers/server.ts';
 
@@ -36,6 +36,39 @@ describe('journal retention', () => {
       const report = await trimJournal(store, 4, nowMs - 30_000);
       assert.equal(report.records, 0, 'the first batch holds a record younger than the retention: nothing from it on');
       assert.deepEqual([...store.journal.getKeys()], [1, 4]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test('a trim decodes at most TRIM_RECORDS_PER_STEP records (and the batch that crosses it) between two turns of the event loop', async () => {
+    const store = openStore(tempDataDir());
+    try {
+      const oldMs = Date.now() - 60_000;
+      const batchRecords = 8_192;
+      const batches = 5;
+      for (let b = 0; b < batches; b++) {
+        const records = Array.from({ length: batchRecords }, (_, i) => ({ kind: 'product_delete' as const, workspace: 'ws-a', at: oldMs, data: { id: `p-${b}-${i}` } }));
+        await store.journal.put(1 + b * batchRecords, records);
+      }
+      // Counts the records each read of the journal decodes: one read per step, and the steps
+      // are separated by turns of the event loop (and a transaction).
+      const perRead: number[] = [];
+      const getRange = store.journal.getRange.bind(store.journal);
+      store.journal.getRange = ((options: Parameters<typeof getRange>[0]) => {
+        const index = perRead.push(0) - 1;
+        return getRange(options).map((entry) => {
+          perRead[index]! += entry.value.length;
+          return entry;
+        });
+      }) as typeof store.journal.getRange;
+      const report = await trimJournal(store, batches * batchRecords, Date.now() - 30_000);
+      assert.equal(report.records, batches * batchRecords, 'all of it trimmed');
+      assert.equal(report.firstKeptSeq, null);
+      assert.deepEqual([...store.journal.getKeys()], []);
+      const most = Math.max(...perRead);
+      assert.ok(most <= TRIM_RECORDS_PER_STEP + batchRecords, `a step decoded ${most} records (${perRead.join(', ')})`);
+      assert.ok(perRead.length >= 3, `in ${perRead.length} steps`);
     } finally {
       await store.close();
     }
