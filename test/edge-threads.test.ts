@@ -29,6 +29,21 @@ function postAlone(port: number, path: string, body: unknown): Promise<number> {
   });
 }
 
+/** postAlone, with the answer's Retry-After and body too. */
+function postAloneAnswer(port: number, path: string, body: unknown, timeoutMs = 20_000): Promise<{ status: number; retryAfter: string | undefined; text: string }> {
+  return new Promise((resolve, reject) => {
+    const payload = JSON.stringify(body);
+    const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', agent: false, headers: { 'x-service-key': KEY_A, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode!, retryAfter: res.headers['retry-after'], text }));
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
 function metric(text: string, name: string): number {
   let total = 0;
   for (const line of text.split('\n')) if (line.startsWith(name)) total += Number(line.slice(line.lastIndexOf(' ') + 1));
@@ -178,6 +193,46 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.ok(Date.now() - startedAt < 3_900, 'said while the state thread was still stuck');
     assert.equal((await write).status, 200, 'the write waited for the state thread, and was applied');
     await until('/readyz 200 again', async () => (await server.request('/readyz', undefined, { key: null })).status === 200, 2_000);
+  });
+
+  test('writes waiting for a stuck state thread are limited per edge (EDGE_QUEUE_MAX): beyond it 503 with Retry-After, nothing applied; the rest applied once it runs', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    const server = await startServer({ env: { ...THREADS, EDGE_QUEUE_MAX: '5', INTAKE_TEST_BLOCK_ONCE: `state-command:3000:${marker}` } });
+    servers.push(server);
+    const first = postAloneAnswer(server.port, '/product', { id: 'first', name: 'P' });
+    await until('the state thread to be stuck', async () => existsSync(marker), 2_000);
+    // Before, every one of these waited (an edge took any number, and their bodies, in memory).
+    const answers = await Promise.all([first, ...Array.from({ length: 40 }, (_, i) => postAloneAnswer(server.port, '/product', { id: `q${i}`, name: 'P' }))]);
+    const ids = ['first', ...Array.from({ length: 40 }, (_, i) => `q${i}`)];
+    const refused = answers.flatMap((a, i) => (a.status === 503 ? [ids[i]!] : []));
+    const applied = answers.flatMap((a, i) => (a.status === 200 ? [ids[i]!] : []));
+    assert.equal(refused.length + applied.length, ids.length, `200 or 503 only: ${answers.map((a) => a.status).join(' ')}`);
+    assert.ok(applied.length <= 2 * 5, `at most EDGE_QUEUE_MAX a thread waited: ${applied.length}`);
+    assert.ok(refused.length >= 41 - 2 * 5, `the others were refused: ${refused.length}`);
+    for (const answer of answers.filter((a) => a.status === 503)) {
+      assert.equal(answer.retryAfter, '1', answer.text);
+      assert.match(answer.text, /writes waiting for the state thread \(EDGE_QUEUE_MAX\)/);
+    }
+    const products = new Set(exportLines<{ id: string }>(server.dataDir, 'products').map((p) => p.id));
+    assert.deepEqual([...products].sort(), [...applied].sort(), 'what was answered 200 is there, what was refused is not');
+    assert.equal((await postAloneAnswer(server.port, '/product', { id: 'after', name: 'P' })).status, 200, 'taken again once the state thread runs');
+  });
+
+  test('a frame the state thread cannot read ends its edge (its clients see a reset, not a wait for ever); another edge takes its place', async () => {
+    const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: `state-frame:${marker}` } });
+    servers.push(server);
+    const startedAt = Date.now();
+    const outcome = await postAloneAnswer(server.port, '/product', { id: 'lost', name: 'P' }, 8_000).then((a) => `answered ${a.status}`, (error: Error) => `failed: ${error.message}`);
+    assert.ok(existsSync(marker), 'the fault fired');
+    assert.match(outcome, /failed: (socket hang up|read ECONNRESET)/, 'the connection was closed unanswered');
+    assert.ok(Date.now() - startedAt < 5_000, 'at once, not after a client timeout');
+    await until('another edge in its place', async () => (server.logs().some((l) => l.includes('an edge thread ended; starting another')) ? true : null), 10_000);
+    await until('both edges listening again', async () => (metric((await server.request('/metrics').catch(() => ({ text: '' }))).text, 'intake_http_threads ') === 2 ? true : null), 10_000);
+    const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) => postAlone(server.port, '/product', { id: `later-${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    assert.ok(!exportLines<{ id: string }>(server.dataDir, 'products').some((p) => p.id === 'lost'), 'the unread write was not applied');
+    assert.equal(await server.stop(), 0, server.stderr());
   });
 
   test('an edge thread whose replacement fails to start is started again later, not given up for good', async () => {

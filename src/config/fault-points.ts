@@ -19,8 +19,8 @@ export function faultPoint(name: string): void {
   if (killPoint === name) process.kill(process.pid, 'SIGKILL');
 }
 
-/** Whether INTAKE_TEST_THROW_ONCE names this point and it has not fired yet (it fires now). */
-function throwsNow(name: string): boolean {
+/** Whether INTAKE_TEST_THROW_ONCE names this point and it has not fired yet (it fires now): the caller throws what it must. */
+export function throwsNow(name: string): boolean {
   if (throwOnce === '') return false;
   const point = throwOnce.split(',').find((p) => p.startsWith(`${name}:`));
   return point !== undefined && claimMarker(point.slice(name.length + 1));

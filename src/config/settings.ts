@@ -7,6 +7,8 @@ export interface Settings {
   host: string;
   port: number;
   httpThreads: number;
+  edgeQueueMax: number;
+  edgeQueueBytes: number;
   dataDir: string;
   serviceKeys: string;
   bodyLimitBytes: number;
@@ -92,6 +94,8 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'snapshotSliceEntities', env: 'SNAPSHOT_SLICE_ENTITIES', flag: '--snapshot-slice-entities', kind: 'integer', defaultValue: 250, min: 1, max: 1_000_000, description: 'entities a snapshot writes between two turns of request handling' },
   { key: 'journalRetentionSeconds', env: 'JOURNAL_RETENTION_SECONDS', flag: '--journal-retention-seconds', kind: 'integer', defaultValue: 0, min: 0, max: 100 * 365 * 86_400, description: 'delete journal records older than this once a snapshot covers them (0: keep the journal forever)' },
   { key: 'httpThreads', env: 'HTTP_THREADS', flag: '--http-threads', kind: 'integer', defaultValue: 1, min: 1, max: 64, description: 'edge threads that do the HTTP work (keys, rate limits, body reading, gzip, JSON, schema validation) on one port; with more than 1 the main thread is the state thread (actors, idempotency, journal, snapshots, delivery) and does no HTTP (1: the main thread does everything)' },
+  { key: 'edgeQueueMax', env: 'EDGE_QUEUE_MAX', flag: '--edge-queue-max', kind: 'integer', defaultValue: 4096, min: 1, max: 1_000_000, description: 'with HTTP_THREADS above 1: writes one edge thread has handed to the state thread and not had answered yet; beyond that, 503 ServiceUnavailableError with Retry-After, nothing applied' },
+  { key: 'edgeQueueBytes', env: 'EDGE_QUEUE_BYTES', flag: '--edge-queue-bytes', kind: 'integer', defaultValue: 256 * MiB, min: 1024, max: 64 * 1024 * MiB, description: 'with HTTP_THREADS above 1: bytes of the bodies of those writes (a big mapping counts until it is answered, its time in a worker\'s queue too); once reached, 503 with Retry-After' },
   { key: 'mappingWorkers', env: 'MAPPING_WORKERS', flag: '--mapping-workers', kind: 'integer', defaultValue: Math.max(1, availableParallelism() - 1), defaultLabel: 'cores - 1, at least 1', min: 0, max: 256, description: 'worker threads that parse, validate and de-duplicate big mapping bodies (0: all on the main thread)' },
   { key: 'mappingWorkerThresholdBytes', env: 'MAPPING_WORKER_THRESHOLD_BYTES', flag: '--mapping-worker-threshold-bytes', kind: 'integer', defaultValue: 65_536, min: 0, max: 1024 * MiB, description: 'mapping bodies larger than this (and every gzip one) go to a worker' },
   { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task running longer (counted from when a worker takes it, not while it waits) fails its request with 500 (the worker is replaced)' },

@@ -40,13 +40,22 @@ async function run(): Promise<void> {
   const keys = new PushedKeys(start.keys);
   const auth = new Authenticator(keys, parseServiceKeys(settings.serviceKeys), log);
   await auth.reload();
+  const link = new ThreadLink(port, auth, settings);
 
   // The gate as the state thread last posted it: a write it refuses gets 503 before its body is
   // read. The state thread checks again when the command arrives (the gate may have closed since).
   let gateState: GateState = start.gate;
   // Not ready, too, while the state thread is stuck: the writes this edge takes would wait for it.
   const heartbeat = StateHeartbeat.attach(start.heartbeat);
-  const gate: WriteGate = { refusal: () => gateState.refusal, notReady: () => gateState.notReady ?? heartbeat.stalled() };
+  // A write is refused too while this edge has too many waiting for the state thread (backlog()).
+  const gate: WriteGate = {
+    refusal: () => {
+      if (gateState.refusal !== null) return gateState.refusal;
+      const backlog = link.backlog();
+      return backlog === null ? null : { message: backlog, retryAfterSeconds: 1 };
+    },
+    notReady: () => gateState.notReady ?? heartbeat.stalled(),
+  };
 
   const rateLimits: RateLimiter = start.rateLimits === null ? new RateLimits(0, 0) : SharedRateLimits.attach(start.rateLimits);
   const metrics = new Metrics(null);
@@ -60,7 +69,6 @@ async function run(): Promise<void> {
     mappingMaxItems: settings.mappingMaxItems,
   });
   const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate, rateLimits, metrics, log })];
-  const link = new ThreadLink(port, auth);
   // Cluster mode: followers' forwarded frames go to the state thread, which runs them when it leads.
   const relay = start.clustered ? new ForwardRelay(port) : null;
 
@@ -137,6 +145,8 @@ async function run(): Promise<void> {
     switch (message.t) {
       case 'answers':
         return link.answers(message.text);
+      case 'fail':
+        return fail(new Error(message.message));
       case 'keys':
         keys.set(message.keys);
         void auth.reload();
@@ -164,7 +174,12 @@ async function run(): Promise<void> {
       case 'stop':
         return server.stopAccepting();
       case 'settle':
-        void server.settled(message.timeoutMs).then(() => post({ t: 'settled' }));
+        // A write of an aborted request may still wait for its frame (up to LINGER_MS): it goes
+        // first, so the state thread journals it before its final drain, not after (a review).
+        void server.settled(message.timeoutMs).then(() => {
+          link.flushNow();
+          post({ t: 'settled' });
+        });
         return;
       case 'close':
         // Every connection closed, then nothing keeps this thread's loop alive: it ends.

@@ -20,9 +20,21 @@ const LINGER_MS = 1;
 /** A frame that has this many commands goes at once. */
 const FLUSH_COMMANDS = 64;
 
+/** How many writes, and how many bytes of their bodies, may wait for the state thread (settings). */
+export interface LinkLimits {
+  edgeQueueMax: number;
+  edgeQueueBytes: number;
+}
+
+interface Waiting {
+  request: PendingRequest;
+  bytes: number;
+}
+
 export class ThreadLink implements StateLink {
   private nextId = 1;
-  private readonly waiting = new Map<number, PendingRequest>();
+  private readonly waiting = new Map<number, Waiting>();
+  private bytesWaiting = 0;
   private readonly writer = new CommandWriter();
   private scheduled = false;
   private timer: NodeJS.Timeout | null = null;
@@ -32,6 +44,7 @@ export class ThreadLink implements StateLink {
   constructor(
     private readonly port: MessagePort,
     private readonly keys: KeyHashes,
+    private readonly limits: LinkLimits,
   ) {}
 
   /** Requests sent and not answered yet. */
@@ -39,9 +52,26 @@ export class ThreadLink implements StateLink {
     return this.waiting.size;
   }
 
+  /**
+   * Why a new write must not be taken now, or null. An edge reads and parses writes as fast as
+   * its clients send them; with one thread the event loop could not take more than it applied,
+   * but an edge can while the state thread falls behind (a stall, a burst of big mappings), and
+   * clients that time out and retry add to it. Without a limit that backlog grew until the
+   * process ran out of memory (found by a review). Checked before a body is read, and again
+   * when it has been: the last write taken may go over the bytes by one body.
+   */
+  backlog(): string | null {
+    if (this.waiting.size >= this.limits.edgeQueueMax) return `this edge thread has ${this.waiting.size} writes waiting for the state thread (EDGE_QUEUE_MAX)`;
+    if (this.bytesWaiting >= this.limits.edgeQueueBytes) return `this edge thread has ${this.bytesWaiting} bytes of writes waiting for the state thread (EDGE_QUEUE_BYTES)`;
+    return null;
+  }
+
   submit(request: PendingRequest, kind: CommandKind, text: string, bytes: Uint8Array | null): void {
     const id = this.nextId++;
-    this.waiting.set(id, request);
+    // UTF-16 units for the text, about its bytes in memory (a Latin-1 string takes one each).
+    const size = text.length + (bytes === null ? 0 : bytes.byteLength);
+    this.waiting.set(id, { request, bytes: size });
+    this.bytesWaiting += size;
     this.writer.add(commandOf(request, id, kind, text, bytes === null ? null : ownBytes(bytes), this.keys.keyHashOf(request.serviceKey)));
     if (this.scheduled) {
       if (this.writer.count >= FLUSH_COMMANDS) this.flush();
@@ -54,6 +84,11 @@ export class ThreadLink implements StateLink {
     // write's own hand-off), and the write waits for a journal commit (1 to 3 ms) anyway.
     if (performance.now() - this.flushedAt < LINGER_MS) this.timer = setTimeout(this.flush, LINGER_MS);
     else setImmediate(this.flush);
+  }
+
+  /** Sends what waits for the next frame now (before the edge tells the state thread it has settled). */
+  flushNow(): void {
+    if (this.scheduled) this.flush();
   }
 
   private readonly flush = (): void => {
@@ -69,10 +104,11 @@ export class ThreadLink implements StateLink {
 
   answers(text: string): void {
     for (const answer of readAnswers(text)) {
-      const request = this.waiting.get(answer.id);
-      if (request === undefined) continue;
+      const waiting = this.waiting.get(answer.id);
+      if (waiting === undefined) continue;
       this.waiting.delete(answer.id);
-      request.answerFromState(answer);
+      this.bytesWaiting -= waiting.bytes;
+      waiting.request.answerFromState(answer);
     }
   }
 }

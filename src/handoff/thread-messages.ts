@@ -66,4 +66,6 @@ export type StateMessage =
   /** Tell `settled` once no request is in flight, or after `timeoutMs`. */
   | { t: 'settle'; timeoutMs: number }
   /** Close every connection; the thread then ends. */
-  | { t: 'close' };
+  | { t: 'close' }
+  /** End as after a bug (close every connection, exit 1: another thread takes its place): its frame could not be read. */
+  | { t: 'fail'; message: string };

@@ -14,7 +14,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
 import { StateHeartbeat } from '../edge/state-heartbeat.ts';
-import { blockPointOnce } from '../config/fault-points.ts';
+import { blockPointOnce, throwsNow } from '../config/fault-points.ts';
 import type { CommandSink } from './command-sink.ts';
 import type { ForwardAdmission, ForwardReply } from '../cluster/forward-protocol.ts';
 
@@ -233,11 +233,17 @@ export class EdgeThreads implements HttpServer {
         blockPointOnce('state-command');
         let commands;
         try {
+          // Crash tests: a frame that cannot be read (only a bug makes one).
+          if (throwsNow('state-frame')) throw new FrameError('test fault: state-frame');
           commands = readCommands({ text: message.text, blobs: message.blobs });
         } catch (error) {
-          // A bug: the edge's requests in this frame get no answer (their clients time out).
+          // A bug. The edge's requests in this frame would get no answer ever (and its graceful
+          // stop would wait for them): that edge ends as after a bug of its own, its clients see
+          // their connections reset (a write not answered may or may not be applied, and this
+          // one was not), and another edge takes its place (found by a review).
           if (!(error instanceof FrameError)) throw error;
-          this.options.log.error({ err: error, edge: edge.index }, 'an edge thread sent a malformed frame');
+          this.options.log.error({ err: error, edge: edge.index }, 'an edge thread sent a malformed frame: ending it');
+          edge.post({ t: 'fail', message: `the state thread could not read a frame of this edge's: ${error.message}` });
           return;
         }
         const reply = this.replyTo(edge);
