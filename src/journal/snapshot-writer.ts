@@ -290,10 +290,15 @@ export class SnapshotWriter {
     await removeSnapshotRange(this.store, newest === null ? 0 : newest.id + 1, ownFrom);
   }
 
-  /** Stops a running snapshot at its next slice; it stays incomplete and is cleaned up later. */
+  /**
+   * Stops a running snapshot at its next slice; it stays incomplete and is cleaned up later.
+   * Resolves once no snapshot is under way, one that failed included: its clean-up (removing its
+   * chunks) runs after it was detached, and until 2026-11-29 abort() returned at once then, so
+   * the shutdown's snapshot() that followed got the failed one's result (null) and none was
+   * taken (found by a review).
+   */
   async abort(): Promise<void> {
-    if (this.running === null) return;
-    this.running.aborted = true;
+    if (this.running !== null) this.running.aborted = true;
     await this.runningDone;
   }
 
