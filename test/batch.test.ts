@@ -56,6 +56,31 @@ describe('POST /batch', () => {
     await server.kill();
   });
 
+  test('"requests" given twice (JSON.parse keeps the last): items measured and fingerprinted from their bytes as usual, a deep item body is 400 as alone, not a 500', async () => {
+    const json = { 'content-type': 'application/json' };
+    const deep = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
+    const deepBatch = await server.request<{ results: Result[] }>('/batch', undefined, { raw: `{"requests":[1,2],"requests":[{"method":"POST","path":"/product","idempotencyKey":"twice-deep","body":{"id":"twice-deep","name":"n","x":${deep}}}]}`, headers: json });
+    assert.equal(deepBatch.status, 200, deepBatch.text);
+    const deepAlone = await server.request('/product', undefined, { raw: `{"id":"twice-deep","name":"n","x":${deep}}`, headers: { ...json, 'idempotency-key': 'twice-deep-alone' } });
+    assert.deepEqual(deepBatch.body.results.map((r) => [r.status, r.body]), [[deepAlone.status, deepAlone.body]], 'as the same request alone');
+    // A key's first answer, alone, then the same bytes batched with "requests" twice: a replay.
+    const body = '{"id":"\\u0061b-twice","name":"n"}';
+    assert.equal((await server.request('/product', undefined, { raw: body, headers: { ...json, 'idempotency-key': 'twice-key' } })).status, 200);
+    const replay = await server.request<{ results: Result[] }>('/batch', undefined, { raw: `{"requests":[1,2,3],"requests":[{"method":"POST","path":"/product","idempotencyKey":"twice-key","body":${body}}]}`, headers: json });
+    assert.equal(replay.status, 200, replay.text);
+    assert.equal(replay.body.results[0]!.status, 200, replay.text);
+    assert.equal(replay.body.results[0]!.replayed, true, `the same bytes are a replay, not idempotency.reused: ${replay.text}`);
+  });
+
+  test('an envelope refused for a missing method is 422 even when an item body is 61 to 64 levels deep (judged alone, it is)', async () => {
+    for (const levels of [61, 64]) {
+      const extra = `${'['.repeat(levels - 2)}${']'.repeat(levels - 2)}`; // the body object is level 1, "extra" level 2 on
+      const res = await server.request('/batch', undefined, { raw: `{"requests":[{"method":"POST","path":"/product","body":{"id":"x","name":"n","extra":${extra}}},{"path":"/product"}]}`, headers: { 'content-type': 'application/json' } });
+      assert.equal(res.status, 422, `${levels} levels: ${res.text}`);
+      assert.deepEqual((res.body as { details: Array<{ path: unknown[] }> }).details.map((d) => d.path), [['requests', '1', 'method']], res.text);
+    }
+  });
+
   test('items run in order, each seeing the ones before it; a failed item changes nothing and later items go on; one journal commit', async () => {
     const before = await journal(server);
     const list = await results(server, [

@@ -584,6 +584,15 @@ describe('timestamps: a number or a 13-digit string on every endpoint that has o
     });
   }
 
+  test('a timestamp too large for a double (1e400, -1e400: infinity) is number.base, as README says of every number', async () => {
+    for (const raw of ['1e400', '-1e400']) {
+      const res = await server.request('/msv_cevt', undefined, { raw: `{"did":"x","name":"n","timestamp":${raw}}`, headers: { 'content-type': 'application/json' } });
+      assert.equal(res.status, 422, res.text);
+      const timestamp = validationDetails(res).find((d) => d.path.join('.') === 'timestamp');
+      assert.equal(timestamp?.type, 'number.base', `${raw}: ${res.text}`);
+    }
+  });
+
   test('a string timestamp is stored as a number', async () => {
     const name = uid('ts-event');
     expectSuccess(await track(eventBody({ name, timestamp: '1600000000000' })));

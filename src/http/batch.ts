@@ -23,7 +23,7 @@ import { SUCCESS_BODY, type RetryCounts } from '../actors/acceptor.ts';
 import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
 import { BatchResults, batchBody, type BatchItem as BatchItemSpec } from '../schemas/endpoints.ts';
-import { BodyTooDeepError, BodyValidator } from '../schemas/validators.ts';
+import { BodyTooDeepError, BodyValidator, MAX_JSON_DEPTH } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { BatchItem, type ItemOwner } from './batch-item.ts';
@@ -99,7 +99,14 @@ function measureItems(raw: Buffer, known: BatchSlices | null, requests: readonly
       continue;
     }
     // Not expected (the scan follows JSON.parse); compact JSON is what most clients send alone.
-    const bytes = Buffer.from(JSON.stringify(item.body));
+    // A body too deep for JSON.stringify's stack (its item is refused as too deep anyway, as it
+    // would be alone) is left unmeasured: it threw, and the batch was answered 500 (a review).
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(JSON.stringify(item.body));
+    } catch {
+      continue;
+    }
     sizes[i] = bytes.length;
     if (print) prints.set(bodyFingerprint(bytes), 2 * i);
   }
@@ -237,8 +244,11 @@ class BatchRun implements ItemOwner {
   }
 }
 
+/** The levels of the envelope above an item's body: {"requests": [{"body": ...}]}. */
+const BATCH_BODY_DEPTH = 3;
+
 export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
-  const envelope = new BodyValidator(batchBody(deps.settings.batchMaxItems));
+  const envelope = new BodyValidator(batchBody(deps.settings.batchMaxItems), null, MAX_JSON_DEPTH + BATCH_BODY_DEPTH);
   const answers = deps.settings.idempotencyMaxKeys === 0 ? null : new BatchAnswers(deps.settings.idempotencyWindowSeconds * 1000);
   const context: BatchContext = { router: new ItemRouter(deps.routes, deps.otherPaths), deps, answers };
   // An item's bytes need measuring only when the whole body could be over some endpoint's limit.
@@ -252,7 +262,7 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
     hasParam: false,
     readsRawBody: true,
     // {"requests": [{"body": ...}]}: an item's body starts at the envelope's fourth level.
-    nestedBodyDepth: 3,
+    nestedBodyDepth: BATCH_BODY_DEPTH,
     doc: {
       summary: 'Many writes in one request: each item is handled exactly as the same request alone, in order; one result per item',
       body: envelope.schema,

@@ -98,7 +98,8 @@ function fromError(error: ValueError, path: string[]): ValidationDetail {
     case ValueErrorType.Number:
       return detail.base('number', path, value);
     case ValueErrorType.Integer:
-      return typeof value === 'number' ? detail.integer(path, value) : detail.base('number', path, value);
+      // 1e400 parses as Infinity: not a number at all to the README (number.base), as `price` says.
+      return typeof value === 'number' && Number.isFinite(value) ? detail.integer(path, value) : detail.base('number', path, value);
     case ValueErrorType.NumberMinimum:
     case ValueErrorType.IntegerMinimum:
       return detail.min(path, value, schema.minimum as number);
