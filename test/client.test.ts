@@ -288,6 +288,30 @@ describe('intake/client', () => {
     }
   });
 
+  test('groups cut to a slow key\'s burst each get the deadline from the last write settled (the server works through them), and an onRetry that throws stops no retry', async () => {
+    // 10 writes every 2 s: 30 take about 4 s, past a 2.5 s deadline counted once for the batch.
+    const slow = await start({ RATE_LIMIT_PER_SECOND: '5', RATE_LIMIT_BURST: '10' });
+    let retriesSeen = 0;
+    const c = client(slow.url, {
+      flushIntervalMs: 60_000,
+      maxBatchItems: 100,
+      retryDeadlineMs: 2_500,
+      retryAfterMaxMs: 2_000,
+      onRetry: () => {
+        retriesSeen++;
+        throw new Error('the logger failed');
+      },
+    });
+    const startedAt = performance.now();
+    const writes = Array.from({ length: 30 }, (_, i) => outcome(c.upsertProduct({ id: `slow-${i}`, name: 'n' })));
+    await c.close();
+    const failed = (await Promise.all(writes)).filter((w) => 'error' in w);
+    assert.deepEqual(failed, [], 'every write landed');
+    assert.ok(performance.now() - startedAt > 2_500, 'past the deadline counted from the batch alone');
+    assert.ok(retriesSeen > 0, 'onRetry was called (and threw)');
+    assert.equal(exportLines(slow.dataDir, 'events', '--kind', 'product_upsert').length, 30, 'every write once');
+  });
+
   test('a url fetch cannot send to, or a key that is no header value, throws at createClient (not retried as a network error for the whole deadline)', () => {
     for (const url of ['http://127.0.0.1:99999', 'http://user:secret@127.0.0.1:8080', 'ftp://127.0.0.1', 'not a url', 'http://']) {
       assert.throws(() => createClient({ url, serviceKey: KEY_A }), TypeError, url);
@@ -296,6 +320,11 @@ describe('intake/client', () => {
       assert.throws(() => createClient({ url: 'http://127.0.0.1:8080', serviceKey }), TypeError, JSON.stringify(serviceKey));
     }
     assert.doesNotThrow(() => createClient({ url: 'http://127.0.0.1:8080/', serviceKey: KEY_A }).close());
+    // Longer than Node's longest timer: setTimeout would fire after 1 ms, again and again.
+    for (const name of ['flushIntervalMs', 'requestTimeoutMs', 'retryMaxDelayMs', 'retryAfterMaxMs'] as const) {
+      assert.throws(() => createClient({ url: 'http://127.0.0.1:8080', serviceKey: KEY_A, [name]: 2 ** 31 }), /at most 2147483647/, name);
+    }
+    assert.doesNotThrow(() => createClient({ url: 'http://127.0.0.1:8080', serviceKey: KEY_A, flushIntervalMs: 2 ** 31 - 1 }).close());
   });
 
   test('a body JSON cannot carry (a BigInt) rejects the write\'s promise; it does not throw', async () => {

@@ -158,7 +158,11 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   await slot;
   try {
     if (first === null) throw failure;
-    const deadlineAtMs = batchDeadlineAtMs(writes, takenAtMs, options, progress);
+    // Worked out again before every attempt, of every group split from this batch: a write the
+    // server settles meanwhile (a piece of it, another batch) moves it on. Once for the whole
+    // batch, a batch cut into groups of a rate-limited key's burst failed its later groups while
+    // the server was still settling the earlier ones (found by a review).
+    const deadlineAtMs = (): number => batchDeadlineAtMs(writes, takenAtMs, options, progress);
     let prepared: Envelope | null = first;
     // A group split from one that may have reached the server keeps saying so.
     const groups: Array<{ writes: QueuedWrite[]; reached: boolean }> = [{ writes, reached: false }];
@@ -184,7 +188,7 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
 async function sendGroup(
   start: Envelope,
   options: ResolvedOptions,
-  deadlineAtMs: number,
+  deadlineAtMs: () => number,
   progress: ServerProgress,
   reachedBefore: boolean,
 ): Promise<{ groups: QueuedWrite[][]; reached: boolean } | null> {
@@ -219,7 +223,7 @@ async function sendGroup(
     return null;
   };
   for (;;) {
-    const remainingMs = deadlineAtMs - performance.now();
+    const remainingMs = deadlineAtMs() - performance.now();
     // Too little left for an attempt (one cut short before it connects would count as maybe
     // applied): every path here, the first attempt, a retry, a half, a write sent alone.
     if (remainingMs < MIN_ATTEMPT_MS) return giveUp();
@@ -304,8 +308,13 @@ async function sendGroup(
     lastError = retryError;
     retries++;
     const delayMs = retryDelayMs(retries, retryAfterMs, options);
-    if (performance.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs) return giveUp();
-    options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });
+    if (performance.now() + delayMs + MIN_ATTEMPT_MS > deadlineAtMs()) return giveUp();
+    // The caller's callback (a logger, say) must not turn a retry into a failure of its own.
+    try {
+      options.onRetry?.({ attempt: retries, delayMs, status: retryStatus, error: retryError, items: current.writes.length });
+    } catch {
+      // ignored: the retry goes on
+    }
     if (delayMs > 0) await sleep(delayMs);
   }
 }

@@ -35,8 +35,9 @@ export interface ClientOptions {
   retryAfterMaxMs?: number;
   /**
    * A batch not settled within this long fails its writes with IntakeUnavailableError (default
-   * 120,000 ms): counted from its oldest write's enqueue, or from the last write of this client
-   * the server settled if that is later (batchDeadlineAtMs).
+   * 120,000 ms): counted from when it was ready to leave (taken from the queue, or once its oldest
+   * write had waited flushIntervalMs, if sooner), or from the last write of this client the server
+   * settled if that is later (batchDeadlineAtMs, worked out again before every attempt).
    */
   retryDeadlineMs?: number;
   /** Called once per retry, for logs and metrics. */
@@ -97,6 +98,9 @@ function checkedUrl(value: unknown): string {
 /** What a header value may hold (RFC 9110 field-value, as fetch checks it): no control characters, no spaces at the ends. */
 const HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f\s](?:[^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x08\x0a-\x1f\x7f\s])?$/;
 
+/** The longest wait setTimeout keeps (about 24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export function resolveOptions(options: ClientOptions): ResolvedOptions {
   checkedUrl(options.url);
   if (typeof options.serviceKey !== 'string' || options.serviceKey === '') throw new TypeError('intake client: serviceKey is required');
@@ -115,6 +119,11 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
   positive('retryMaxDelayMs', o.retryMaxDelayMs, true);
   positive('retryAfterMaxMs', o.retryAfterMaxMs, true);
   positive('retryDeadlineMs', o.retryDeadlineMs, true);
+  // setTimeout takes at most 2^31 - 1 ms and turns a longer wait into 1 ms: a flushIntervalMs of a
+  // month re-armed its timer every millisecond (a review).
+  for (const name of ['flushIntervalMs', 'requestTimeoutMs', 'retryBaseDelayMs', 'retryMaxDelayMs', 'retryAfterMaxMs'] as const) {
+    if (o[name] > MAX_TIMER_MS) throw new TypeError(`intake client: ${name} must be at most ${MAX_TIMER_MS} (Node's longest timer), got ${o[name]}`);
+  }
   // Below the shortest attempt, no write would ever be sent.
   if (o.retryDeadlineMs < MIN_ATTEMPT_MS) throw new TypeError(`intake client: retryDeadlineMs must be at least ${MIN_ATTEMPT_MS} (no attempt starts with less left), got ${o.retryDeadlineMs}`);
   return o;
