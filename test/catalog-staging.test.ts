@@ -124,3 +124,34 @@ test('a change aborted because the journal failed is undone: members and back-li
   assert.ok((await apply(true, packed(ids(2500, 4000)))).failed);
   assert.deepEqual(state(catalog), before);
 });
+
+test('a state rebuilt between two slices (a cluster leader stepping down): the mapping is not applied, and the rebuilt state is left as the rebuild made it', async () => {
+  for (const [add, resumeLeading] of [[true, false], [true, true], [false, false], [false, true]] as const) {
+    const { catalog, journal, apply } = setup();
+    assert.ok((await apply(true, packed(ids(0, 100)))).journaled);
+    /** What the rebuild recovers: every product, c with p0 to p99 and p4000 (a write the journal had that this node's memory lacked). */
+    const rebuild = (): void => {
+      catalog.clear();
+      for (const id of ids(0, N)) catalog.applyProductUpsert({ id, name: id });
+      for (const id of ['c', 'other']) catalog.applyCollectionUpsert({ id, name: id });
+      catalog.applyMappingAdd('c', [...ids(0, 100), 'p4000']);
+      // Stepped down, the journal refuses appends; having led again, it takes them.
+      journal.failed = resumeLeading ? null : new Error('not leading');
+    };
+    const rebuilt = state((() => {
+      const reference = setup().catalog;
+      for (const id of ['c', 'other']) reference.applyCollectionUpsert({ id, name: id });
+      reference.applyMappingAdd('c', [...ids(0, 100), 'p4000']);
+      return reference;
+    })());
+    const running = apply(add, packed(add ? ids(3000, 4500) : ids(0, 4500)));
+    // The first slice is done (a turn went by); the rebuild comes before the second.
+    await new Promise((resolve) => setImmediate(resolve));
+    rebuild();
+    const outcome = await running;
+    assert.equal(outcome.journaled, null, `add ${add}, leading again ${resumeLeading}: not journaled`);
+    assert.ok(outcome.failed !== null, 'answered as failed');
+    assert.deepEqual(state(catalog), rebuilt, 'the rebuilt members and back-links, untouched');
+    assert.deepEqual([...catalog.products.get('p4000')!.collectionIds()], ['c'], 'p4000 still links back to c');
+  }
+});

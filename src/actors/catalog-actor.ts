@@ -74,8 +74,25 @@ export class CatalogActor {
   /** @internal for StagedMembership */
   readonly tracker: ChangeTracker;
 
+  /**
+   * Bumped by clear(): a job that awaits between slices (a big mapping) holds objects of the
+   * state it started on, and must not go on with them once the state was rebuilt.
+   */
+  private generationNow = 0;
+
   constructor(tracker: ChangeTracker) {
     this.tracker = tracker;
+  }
+
+  get generation(): number {
+    return this.generationNow;
+  }
+
+  /** Drops every product and collection (the maps stay: see Workspace.clear()). */
+  clear(): void {
+    this.products.clear();
+    this.collections.clear();
+    this.generationNow++;
   }
 
   /** Creating needs a name (CONTRACT.md §5). */

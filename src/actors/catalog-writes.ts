@@ -7,6 +7,7 @@ import type { Collection, Product } from '../schemas/endpoints.ts';
 import { SUCCESS_BODY, type Acceptor, type Reply } from './acceptor.ts';
 import type { CatalogJob } from './catalog-mailbox.ts';
 import { journalProducts } from '../journal/packed-ids.ts';
+import { NotLeadingError } from '../journal/journal.ts';
 import { distinctIds, type MappingIds } from './mapping-ids.ts';
 import type { Workspace } from './workspace.ts';
 
@@ -58,6 +59,9 @@ class SlicePace {
     this.busySince = performance.now();
   }
 }
+
+/** The catalog's state was rebuilt while a sliced job waited (CatalogActor.generation). */
+class StateRebuilt extends Error {}
 
 /** A catalog write's work in its turn (CatalogWrites.turn). */
 type CatalogWrite<T> = (this: CatalogWrites, ws: Workspace, value: T, at: number, reply: Reply) => void;
@@ -169,12 +173,34 @@ export class CatalogWrites {
    * (mapping-ids.ts), so nothing per id outlives its turn but the staged set.
    */
   private async applyMappingInSlices(ws: Workspace, collectionId: string, add: boolean, mapping: MappingIds, at: number, reply: Reply): Promise<void> {
+    try {
+      await this.applyMappingSlices(ws, collectionId, add, mapping, at, reply);
+    } catch (error) {
+      if (!(error instanceof StateRebuilt)) throw error;
+      // Nothing to undo: the staged set and the back-links it changed belong to the dropped
+      // state. Not applied: the client may send it again (503, Retry-After).
+      reply.failed(this.acceptor.journal.failed ?? new NotLeadingError('the state was rebuilt (this node stepped down) while the mapping was applied; nothing was applied'));
+    }
+  }
+
+  private async applyMappingSlices(ws: Workspace, collectionId: string, add: boolean, mapping: MappingIds, at: number, reply: Reply): Promise<void> {
     const catalog = ws.catalog;
     const { products } = catalog;
     const count = mapping.count;
     const ids = mapping.reader();
     const staged = catalog.stageMembership(catalog.collections.get(collectionId)!);
-    const pace = new SlicePace(this.acceptor.journal);
+    const slices = new SlicePace(this.acceptor.journal);
+    // A cluster leader that steps down rebuilds its state between two slices (workspaces cleared,
+    // the journal recovered): the staged set holds the dropped collection, and went on linking
+    // the rebuilt products to it, then unlinked them, or swapped members into the detached
+    // object and journaled the add (found by a review). Each slice checks first.
+    const generation = catalog.generation;
+    const pace = {
+      next: async (): Promise<void> => {
+        await slices.next();
+        if (catalog.generation !== generation) throw new StateRebuilt();
+      },
+    };
     if (add) {
       while (!staged.copyMembers(MAPPING_SLICE_IDS)) await pace.next();
       const { firstIndex } = mapping;

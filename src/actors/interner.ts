@@ -6,6 +6,12 @@ import type { LaunchInfoValue } from '../schemas/endpoints.ts';
 
 const MAX_STRINGS = 200_000;
 const MAX_PROFILES = 100_000;
+/**
+ * Characters of the strings the caches hold, at most, each: a cache that is full by this is
+ * emptied as one full by count is. By count alone a launch with a unique 2,048-character referrer
+ * each kept up to about 400 MB of strings no device used any more (found by a review).
+ */
+export const MAX_CACHED_CHARS = 8 * 1024 * 1024;
 /** The most profiles kept under one hash: a launch compares with at most this many. */
 const MAX_BUCKET = 8;
 
@@ -106,6 +112,14 @@ export class ProfileInterner {
   /** Profiles with keys LaunchInfo does not have (not from a validated body), by their JSON. */
   private odd = new Map<string, LaunchInfoValue>();
   private count = 0;
+  /** Characters of the cached profiles' strings, and of the cached strings (MAX_CACHED_CHARS). */
+  private profileChars = 0;
+  private stringChars = 0;
+
+  /** Characters of the strings both caches hold (what they keep alive beyond what devices use). */
+  get cachedChars(): number {
+    return this.profileChars + this.stringChars;
+  }
 
   intern(info: LaunchInfoValue): LaunchInfoValue {
     const fields = info as unknown as Fields;
@@ -120,7 +134,7 @@ export class ProfileInterner {
       }
     }
     const profile = this.internStrings(info);
-    if (this.count >= MAX_PROFILES) this.forgetProfiles();
+    if (this.count >= MAX_PROFILES || this.profileChars >= MAX_CACHED_CHARS) this.forgetProfiles();
     const current = this.profiles.get(h);
     if (current === undefined) this.profiles.set(h, profile);
     // A full bucket (profiles made to collide) keeps what it has: the new one is not shared.
@@ -128,6 +142,7 @@ export class ProfileInterner {
     else if (current.length < MAX_BUCKET) current.push(profile);
     else return profile;
     this.count++;
+    this.profileChars += charsOf(profile);
     return profile;
   }
 
@@ -136,8 +151,9 @@ export class ProfileInterner {
     const known = this.odd.get(key);
     if (known !== undefined) return known;
     const profile = this.internStrings(info);
-    if (this.count >= MAX_PROFILES) this.forgetProfiles();
+    if (this.count >= MAX_PROFILES || this.profileChars >= MAX_CACHED_CHARS) this.forgetProfiles();
     this.count++;
+    this.profileChars += key.length;
     this.odd.set(key, profile);
     return profile;
   }
@@ -146,13 +162,18 @@ export class ProfileInterner {
     this.profiles = new Map();
     this.odd = new Map();
     this.count = 0;
+    this.profileChars = 0;
   }
 
   private internString(s: string): string {
     const known = this.strings.get(s);
     if (known !== undefined) return known;
-    if (this.strings.size >= MAX_STRINGS) this.strings = new Map();
+    if (this.strings.size >= MAX_STRINGS || this.stringChars >= MAX_CACHED_CHARS) {
+      this.strings = new Map();
+      this.stringChars = 0;
+    }
     this.strings.set(s, s);
+    this.stringChars += s.length;
     return s;
   }
 
@@ -170,4 +191,14 @@ export class ProfileInterner {
     }
     return Object.freeze(out) as LaunchInfoValue;
   }
+}
+
+/** Characters of a profile's strings (its UTM values too). */
+function charsOf(profile: LaunchInfoValue): number {
+  let chars = 0;
+  for (const v of Object.values(profile)) {
+    if (typeof v === 'string') chars += v.length;
+    else if (v !== null && typeof v === 'object') for (const u of Object.values(v as Record<string, unknown>)) if (typeof u === 'string') chars += u.length;
+  }
+  return chars;
 }

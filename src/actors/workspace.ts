@@ -25,8 +25,7 @@ export class Workspace {
   clear(): void {
     this.devices.clear();
     this.customers.clear();
-    this.catalog.products.clear();
-    this.catalog.collections.clear();
+    this.catalog.clear();
   }
 
   customer(id: string): Customer {
