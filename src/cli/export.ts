@@ -12,7 +12,7 @@ import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
 import { recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
 import { newestCompleteSnapshot } from '../journal/snapshot-writer.ts';
-import { DataDirError, lockDataDir } from '../journal/data-dir.ts';
+import { dataDirInUse } from '../journal/data-dir.ts';
 import { NdjsonWriter } from './output.ts';
 import { requireStore } from './data-dir-check.ts';
 
@@ -156,13 +156,8 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
  * With none running, everything stored: a server that stopped or crashed wrote what it wrote.
  */
 async function durableBound(dataDir: string, store: Store): Promise<number | null> {
-  try {
-    (await lockDataDir(dataDir)).release();
-    return null;
-  } catch (error) {
-    if (!(error instanceof DataDirError)) throw error;
-    return store.meta.get(DURABLE_SEQ_KEY) ?? Journal.lastSeq(store.journal);
-  }
+  if (!(await dataDirInUse(dataDir))) return null;
+  return store.meta.get(DURABLE_SEQ_KEY) ?? Journal.lastSeq(store.journal);
 }
 
 async function run(args: ExportArgs): Promise<void> {

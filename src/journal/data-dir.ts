@@ -10,7 +10,7 @@
 // not seen (README, Operations).
 import { mkdirSync, realpathSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { holdMachineLock } from '../config/machine-lock.ts';
+import { holdMachineLock, machineLockHeld } from '../config/machine-lock.ts';
 import { StartupError } from '../config/startup-error.ts';
 
 /** A data directory that cannot be used: the message says why (a one-line start failure). */
@@ -51,13 +51,23 @@ export interface DataDirLock {
   release(): void;
 }
 
+/** The name of `dir`'s lock (its real path: two spellings of one directory are one lock). */
+function lockOf(dir: string): string {
+  return `data directory\n${realpathSync(dir)}`;
+}
+
+/** Whether another process (a server) holds `dir`, asked without taking it (machineLockHeld). */
+export function dataDirInUse(dir: string): Promise<boolean> {
+  return machineLockHeld(lockOf(dir));
+}
+
 /**
  * Takes `dir` (which exists) for this process; rejects with DataDirError when another process
  * holds it. Held until release() or the end of the process.
  */
 export async function lockDataDir(dir: string): Promise<DataDirLock> {
   try {
-    return { release: await holdMachineLock(`data directory\n${realpathSync(dir)}`) };
+    return { release: await holdMachineLock(lockOf(dir)) };
   } catch (error) {
     const e = error as NodeJS.ErrnoException;
     throw e.code === 'EADDRINUSE'
