@@ -2,7 +2,7 @@
 // after the server applied a batch whose answer the import never read) and run again applies
 // every line exactly once; failed lines land in <file>.failed.ndjson with their reasons and the
 // exit status is 1; memberships map to the mapping endpoints.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -88,6 +88,16 @@ describe('npm run import', () => {
     const third = await runImport(['products', file], server.url);
     assert.equal(third.code, 1);
     assert.equal(upserts('product_upsert').length, PRODUCTS, 'a re-run adds no record');
+  });
+
+  test('a pipe (a FIFO, /dev/stdin) is refused with status 2 and sends nothing (it was read to its end by the line count: every line lost, exit 0)', async () => {
+    const fifo = join(tempDataDir(), 'lines.fifo');
+    execFileSync('mkfifo', [fifo]);
+    const before = upserts('product_upsert').length;
+    const run = await runImport(['products', fifo], server.url);
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr, /is not a regular file/);
+    assert.equal(upserts('product_upsert').length, before, 'nothing sent');
   });
 
   test('collections and memberships: lines map to POST /collection and the mapping endpoints; exit 0 when all succeed', async () => {

@@ -1,7 +1,8 @@
 // Operating the server: first start, keys from the environment and the CLI, --help and flags,
 // and logs that never carry keys or bodies (CONTRACT.md §1, §3, §9).
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createNetServer, Socket, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -92,6 +93,27 @@ describe('keys CLI', () => {
     } finally {
       await server.stop();
     }
+  });
+
+  test('a create that cannot succeed touches nothing; a data file that is not LMDB is refused (status 2), not crashed on; --data-dir without a value is a usage error', async () => {
+    const parent = tempDataDir();
+    const typo = join(parent, 'typo');
+    for (const args of [['create', 'bad name!'], ['create']]) {
+      const res = runCli('keys', args, typo);
+      assert.equal(res.status, 1, res.stderr);
+      assert.match(res.stderr, /keys: (workspace name must be|create needs a workspace name)/);
+      assert.doesNotMatch(res.stderr, /created it/, 'it says nothing was created');
+      assert.equal(existsSync(typo), false, `keys ${args.join(' ')}: no data directory made`);
+    }
+    assert.equal(runCli('keys', ['list'], typo).status, 2, 'still no intake data there');
+    const garbage = join(parent, 'garbage');
+    mkdirSync(garbage);
+    writeFileSync(join(garbage, STORE_FILE), randomBytes(64 * 1024));
+    const crashed = runCli('keys', ['create', 'shop'], garbage);
+    assert.equal(crashed.status, 2, `refused, not a crash (signal ${String(crashed.status)}): ${crashed.stderr}`);
+    const noValue = runCli('keys', ['list', '--data-dir'], typo);
+    assert.equal(noValue.status, 2);
+    assert.match(noValue.stderr, /--data-dir needs a value/);
   });
 
   test('a key revoked while its request\'s body is still arriving: 401 once the body is complete, nothing applied', async () => {

@@ -44,10 +44,15 @@ export interface KeySource {
   close(): Promise<void>;
 }
 
-function newRecord(workspace: string): { key: string; record: KeyRecord } {
+/** Throws KeyError unless `workspace` is a valid workspace name. */
+export function checkWorkspaceName(workspace: string): void {
   if (!WORKSPACE_NAME.test(workspace)) {
     throw new KeyError(`workspace name must be 1 to 64 letters, digits, "_", "-" and "." (a dot only between two of the others)`);
   }
+}
+
+function newRecord(workspace: string): { key: string; record: KeyRecord } {
+  checkWorkspaceName(workspace);
   const key = newKey();
   return { key, record: { hash: hashKey(key), workspace, prefix: key.slice(0, KEY_PREFIX_LENGTH), createdAt: Date.now(), revokedAt: null } };
 }

@@ -3,7 +3,7 @@
 // Progress on stderr; a summary at the end; exit 1 if any line failed, with the failed lines in
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
-import { closeSync, createReadStream, openSync, realpathSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, openSync, realpathSync, rmSync, statSync, writeSync } from 'node:fs';
 import { createClient, describeError, IntakeError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
@@ -168,6 +168,10 @@ class FailedLines {
 const fmt = (x: number): string => x.toLocaleString('en-US');
 
 async function run(args: Args): Promise<number> {
+  // A pipe (`/dev/stdin`, `<(...)`) would be read to its end by the count, leaving nothing to
+  // send (every line lost, exit 0; found by a review), and its path, part of each line's
+  // Idempotency-Key, changes with every run: a second run would apply every line again.
+  if (!statSync(args.file).isFile()) throw new Error(`${args.file} is not a regular file: import reads it twice (to count its lines, then to send them) and names each line's Idempotency-Key after its path; save the lines to a file first`);
   const fileIdentity = realpathSync(args.file);
   const totalLines = await countLines(args.file);
   const failed = new FailedLines(`${args.file}.failed.ndjson`);

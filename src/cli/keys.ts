@@ -2,7 +2,7 @@
 // Works while the server runs; the server picks a change up within 1 s (it polls the keys'
 // version). In cluster mode (CLUSTER_POSTGRES_URL set) the keys are the cluster's, in PostgreSQL,
 // and every node picks the change up; otherwise they are in DATA_DIR's LMDB.
-import { createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
+import { checkWorkspaceName, createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
 import { PgKeys } from '../cluster/pg-keys.ts';
 import { SETTINGS } from '../config/settings.ts';
 import { openStore, readClusterId, storeExists, type Store } from '../journal/store.ts';
@@ -18,7 +18,13 @@ const USAGE = `usage: npm run keys -- <command>
   (a cluster node's data directory, or --cluster-name, without it is refused)
 `;
 
-/** Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. */
+class UsageError extends Error {}
+
+/**
+ * Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. A flag
+ * given without a value is a usage error: it fell back to DATA_DIR or ./data, another directory
+ * than the one meant (found by a review).
+ */
 function takeFlag(argv: string[], flag: string, fallback: string): string {
   const i = argv.findIndex((arg) => arg === flag || arg.startsWith(`${flag}=`));
   if (i === -1) return fallback;
@@ -27,12 +33,23 @@ function takeFlag(argv: string[], flag: string, fallback: string): string {
     argv.splice(i, 1);
     return arg.slice(flag.length + 1);
   }
-  const value = argv[i + 1] ?? fallback;
+  const value = argv[i + 1];
+  if (value === undefined || value.startsWith('--')) throw new UsageError(`${flag} needs a value`);
   argv.splice(i, 2);
   return value;
 }
 
 async function main(argv: string[]): Promise<number> {
+  try {
+    return await run(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`keys: ${error.message}\n${USAGE}`);
+    return 2;
+  }
+}
+
+async function run(argv: string[]): Promise<number> {
   const clusterNameGiven = argv.some((arg) => arg === '--cluster-name' || arg.startsWith('--cluster-name='));
   const dataDir = takeFlag(argv, '--data-dir', process.env.DATA_DIR || './data');
   const clusterUrl = takeFlag(argv, '--cluster-postgres-url', process.env.CLUSTER_POSTGRES_URL ?? '');
@@ -41,6 +58,19 @@ async function main(argv: string[]): Promise<number> {
   if (command === undefined || command === '--help' || command === '-h') {
     process.stderr.write(USAGE);
     return command === undefined ? 2 : 0;
+  }
+  if (command !== 'create' && command !== 'list' && command !== 'revoke') throw new UsageError(`unknown command ${command}`);
+  // A create that cannot succeed fails before it touches anything: it made a data directory
+  // (a typo's) that `list` and `export` then accepted as intake data (found by a review).
+  if (command === 'create') {
+    try {
+      if (arg === undefined) throw new KeyError('create needs a workspace name');
+      checkWorkspaceName(arg);
+    } catch (error) {
+      if (!(error instanceof KeyError)) throw error;
+      process.stderr.write(`keys: ${error.message}\n`);
+      return 1;
+    }
   }
   const nameSpec = SETTINGS.find((s) => s.key === 'clusterName')!;
   if (clusterUrl !== '' && !nameSpec.pattern!.test(clusterName)) {
@@ -54,13 +84,15 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   let store: Store | null = null;
+  let existed = true;
   let source: KeySource;
   if (clusterUrl !== '') source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
   else {
     // Only `create` may start a data directory (keys made before the server's first start);
     // it says so, since a key made in the wrong directory is never accepted.
-    if (command !== 'create' && !requireStore('keys', dataDir)) return 2;
-    const existed = storeExists(dataDir);
+    // A file there that is not LMDB's is refused for `create` too (it crashed lmdb-js: a review).
+    if ((command !== 'create' || storeExists(dataDir)) && !requireStore('keys', dataDir)) return 2;
+    existed = storeExists(dataDir);
     store = openStore(dataDir);
     // A cluster node's directory: its node reads keys from the cluster's PostgreSQL only, so a
     // key made here would never be accepted (and `list` would show keys nobody honours).
@@ -73,7 +105,6 @@ async function main(argv: string[]): Promise<number> {
       );
       return 2;
     }
-    if (command === 'create' && !existed) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
     source = new LmdbKeys(store);
   }
   try {
@@ -81,6 +112,7 @@ async function main(argv: string[]): Promise<number> {
       case 'create': {
         if (arg === undefined) throw new KeyError('create needs a workspace name');
         process.stdout.write(`${await createKey(source, arg)}\n`);
+        if (!existed) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
         return 0;
       }
       case 'list': {
