@@ -488,6 +488,35 @@ describe('cluster mode', () => {
     for (const what of WHATS) assert.deepEqual(exportLines(a.dataDir, what), exportLines(b.dataDir, what), `${what}: converged`);
   });
 
+  test('a candidate that cannot read the cluster\'s journal gives the lease up after 3 leases (it renewed it for good), and a caught-up node leads', async () => {
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    // b's reads of the cluster's journal fail from its start (its lease connection works).
+    const b = await c.add({ env: { INTAKE_TEST_FAIL_FOR: 'replication-read:120000' } });
+    await writeEveryKind(a, 'stalled');
+    await a.kill();
+    await until('b to take the lease, as a candidate that cannot catch up', async () => logged(b, 'took the leader lease; applying the journal to its end before accepting writes').length > 0, 10_000);
+    const d = await c.add();
+    const leader = await c.leader(15_000);
+    assert.equal(leader, d, 'the node that could catch up leads');
+    assert.ok(b.logs().some((line) => line.includes('as the candidate it applied nothing for 3 leases')), 'b said why it gave the lease up');
+    assert.equal((await d.post('/product', { id: 'after-stall', name: 'P' })).status, 200);
+  });
+
+  test('a promotion that fails (once) steps the candidate down instead of leaving it renewing the lease for good; it leads at its next try', async () => {
+    const dir = tempDataDir();
+    const c = cluster();
+    const a = await c.add();
+    await c.leader();
+    const b = await c.add({ env: { INTAKE_TEST_THROW_ONCE: `promote:${dir}/promote.fired` } });
+    await writeEveryKind(a, 'promote');
+    await a.kill();
+    assert.equal(await c.leader(10_000), b, 'b leads after all');
+    assert.equal(logged(b, 'promotion failed: stepping down').length, 1, 'once, after the first promotion failed');
+    assert.equal((await b.post('/product', { id: 'after-promote', name: 'P' })).status, 200);
+  });
+
   test('a node joining with an empty data directory catches up and follows', async () => {
     const c = cluster();
     const a = await c.add();

@@ -33,6 +33,7 @@ import { NotLeadingError, type RemoteCommit } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';
 import type { EntityCounts } from '../journal/snapshot-format.ts';
 import type { SnapshotMeta } from '../journal/store.ts';
+import { failPointFor, throwPointOnceHere } from '../config/fault-points.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { ClusterJournal, FencedError, type StoredBatch } from './cluster-journal.ts';
 import { ClusterSnapshots, type StoredSnapshot } from './cluster-snapshots.ts';
@@ -71,6 +72,12 @@ const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
 /** Renewals per lease; a follower also looks at the lease this often. */
 const RENEWALS_PER_LEASE = 5;
+/** A follower looks at the lease at least this often (nextLookMs()). */
+const FOLLOWER_LOOK_MAX_MS = 500;
+/** The LISTEN connection is checked with a query this often: a connection dropped without a word (a NAT's idle timeout) is found, and made again. */
+const LISTEN_CHECK_MS = 10_000;
+/** A candidate that applies nothing for this many leases gives the lease up (candidateStalled()). */
+const CANDIDATE_STALL_LEASES = 3;
 /**
  * A follower that saw the lease due to run out tries to take it this long after it should have
  * (by the time left PostgreSQL reported, counted from the read's answer, so already a round trip
@@ -254,6 +261,11 @@ export class ClusterNode {
   private knownHeadSeq = 0;
   /** After a takeover: the journal's end as of it; the node leads once it has applied this far. */
   private promoteAt = 0;
+  /** As a candidate: the seq applied when it last moved, and when (candidateStalled()). */
+  private candidateSeq = 0;
+  private candidateProgressAtMs = 0;
+  /** performance.now() until which this node does not take the lease (after a stalled candidacy). */
+  private abstainUntilMs = 0;
   /** performance.now() until which the leader's lease surely holds (from its last renewal's send time). */
   private leaseValidUntil = 0;
   /**
@@ -559,8 +571,13 @@ export class ClusterNode {
    * leader's last renewal, where CONTRACT §12 says one (a review).
    */
   private nextLookMs(everyMs: number): number {
-    if (this.roleNow !== 'follower' || this.leaseExpiresAtMs === null) return everyMs;
-    return Math.min(everyMs, Math.max(0, this.leaseExpiresAtMs + LEASE_EXPIRY_MARGIN_MS - performance.now()));
+    if (this.roleNow !== 'follower') return everyMs;
+    // At most FOLLOWER_LOOK_MAX_MS whatever the lease: a leader's release comes by NOTIFY, and
+    // without it (its LISTEN connection down) a follower with a 15 s lease looked every 3 s, past
+    // the 2 s CONTRACT §12 gives a graceful stop's handover (a review).
+    const lookMs = Math.min(everyMs, FOLLOWER_LOOK_MAX_MS);
+    if (this.leaseExpiresAtMs === null) return lookMs;
+    return Math.min(lookMs, Math.max(0, this.leaseExpiresAtMs + LEASE_EXPIRY_MARGIN_MS - performance.now()));
   }
 
   /** Gives the lease up, waiting at most RELEASE_TIMEOUT_MS (PostgreSQL may be unreachable). */
@@ -608,6 +625,7 @@ export class ClusterNode {
           if (stored !== null) await this.joinFromSnapshot(stored, 'this node holds nothing yet');
         }
         const after = this.host.appliedSeq();
+        failPointFor('replication-read');
         batches = await this.reader.use((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
         // Nothing after `after`: ask the head whether the journal ends here or was trimmed past
         // it, even when no NOTIFY said it moved. A node that missed the NOTIFYs (its PostgreSQL
@@ -659,7 +677,14 @@ export class ClusterNode {
         continue;
       }
       if (this.roleNow === 'candidate' && this.host.appliedSeq() >= this.promoteAt) {
-        await this.promote();
+        // Outside the read's try above, a failure here ended this loop: the node stayed a
+        // candidate renewing the lease for good, and no node could lead (a review).
+        try {
+          await this.promote();
+        } catch (error) {
+          this.log.error({ err: error }, 'promotion failed: stepping down');
+          await this.stepDown('the promotion failed', error instanceof Error ? error : new Error(String(error)));
+        }
         continue;
       }
       if (batches.length < REPLICATION_BATCHES) await this.sleep(this.listener === null ? REPLICATION_POLL_MS : REPLICATION_POLL_LISTENING_MS);
@@ -827,9 +852,16 @@ export class ClusterNode {
       let client: pg.Client | null = null;
       try {
         client = await connectClient(this.settings.url, { queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName: 'intake-listen' });
+        let check: NodeJS.Timeout | null = null;
         const lost = new Promise<void>((resolve) => {
           client!.once('end', resolve);
           client!.once('error', () => resolve());
+          // A query that fails or times out (QUERY_TIMEOUT_MS) means the connection is gone, even
+          // when no packet said so: TCP keep-alive alone took the OS's two hours (a review).
+          check = setInterval(() => void client!.query('SELECT 1').catch(() => resolve()), LISTEN_CHECK_MS);
+        });
+        void lost.then(() => {
+          if (check !== null) clearInterval(check);
         });
         client.on('notification', (message) => {
           const payload = message.payload ?? '';
@@ -908,6 +940,8 @@ export class ClusterNode {
     this.leaderName = state.live ? state.node : null;
     this.noteLeader(state);
     if (state.live || this.leaving) return;
+    // A candidate that stalled sits one lease out, so that another node can take the lease.
+    if (performance.now() < this.abstainUntilMs) return;
     // A node whose journal still owes records before its snapshot must not lead (it would
     // deliver around them): it finishes the copy first (replicate()). It still reads the lease
     // above: while the copy runs (or is retried) it knows the leader, forwards writes to it and
@@ -926,6 +960,8 @@ export class ClusterNode {
     this.leaderName = this.name;
     this.promoteAt = taken.lastSeq;
     if (taken.lastSeq > this.knownHeadSeq) this.knownHeadSeq = taken.lastSeq;
+    this.candidateSeq = this.host.appliedSeq();
+    this.candidateProgressAtMs = performance.now();
     this.roleNow = 'candidate';
     this.log.info({ epoch: taken.epoch, journalSeq: taken.lastSeq, appliedSeq: this.host.appliedSeq() }, 'took the leader lease; applying the journal to its end before accepting writes');
     this.signal();
@@ -942,6 +978,12 @@ export class ClusterNode {
 
   private async renew(): Promise<void> {
     if (this.renewing) return;
+    if (this.roleNow === 'candidate' && this.candidateStalled()) {
+      // It renewed as long as it lived, and the caught-up followers never got the lease (a review).
+      this.abstainUntilMs = performance.now() + this.settings.leaseMs;
+      await this.stepDown(`as the candidate it applied nothing for ${CANDIDATE_STALL_LEASES} leases (seq ${this.host.appliedSeq()} of ${this.promoteAt}): handing the lease to another node`, new NotLeadingError('this node could not apply the cluster\'s journal to its end'));
+      return;
+    }
     this.renewing = true;
     this.renewalCounted = false;
     const sentAt = performance.now();
@@ -963,6 +1005,22 @@ export class ClusterNode {
     }
   }
 
+  /**
+   * Whether this candidate has applied nothing for CANDIDATE_STALL_LEASES leases: its reads of the
+   * cluster's journal keep failing (a connection it cannot make, a read past its timeout) while
+   * its lease connection works. One that is still applying, however far behind, goes on.
+   */
+  private candidateStalled(): boolean {
+    const applied = this.host.appliedSeq();
+    const now = performance.now();
+    if (applied !== this.candidateSeq) {
+      this.candidateSeq = applied;
+      this.candidateProgressAtMs = now;
+      return false;
+    }
+    return now - this.candidateProgressAtMs >= CANDIDATE_STALL_LEASES * this.settings.leaseMs;
+  }
+
   /** intake_cluster_lease_renewal_failures_total, once per renewal (late, hung, or failed). */
   private countRenewalFailed(): void {
     if (this.renewalCounted) return;
@@ -972,6 +1030,8 @@ export class ClusterNode {
 
   /** Candidate → leader, once everything committed by earlier leaders is applied here. */
   private async promote(): Promise<void> {
+    // Crash tests: a promotion that fails (a sink position that cannot be saved, say).
+    throwPointOnceHere('promote');
     await this.host.whenApplied();
     if (this.roleNow !== 'candidate') return;
     await this.takeSinkPositions();

@@ -14,6 +14,8 @@ const loadPg = (): typeof pg => (pgModule ??= requireCjs('pg') as typeof pg);
 
 /** A server that does not answer a connect within this is treated as unreachable. */
 const CONNECT_TIMEOUT_MS = 3_000;
+/** TCP keep-alive probes start after this long idle (newClient()). */
+const KEEPALIVE_IDLE_MS = 10_000;
 /** end() waits for the server's goodbye; a server that is gone may never send it. */
 const CLOSE_TIMEOUT_MS = 1_000;
 
@@ -30,6 +32,9 @@ export function newClient(url: string, options: ClientOptions): pg.Client {
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     query_timeout: options.queryTimeoutMs,
     keepAlive: true,
+    // Probes after 10 s idle, not the OS's default of two hours: a connection a NAT or a
+    // firewall dropped without a word is found within about a minute.
+    keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
     application_name: options.applicationName,
   });
   // A connection lost between queries emits 'error'; the next query fails and its owner

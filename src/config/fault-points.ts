@@ -9,11 +9,16 @@
 // - INTAKE_TEST_BLOCK_ONCE=<name>:<ms>:<file>: the first thread to reach the point of that name
 //   (while <file> does not exist: it creates it) blocks for <ms>, its event loop stuck: a stand-in
 //   for a synchronous call that hangs (a stalled disk), once per test.
+// - INTAKE_TEST_FAIL_FOR=<name>:<ms>: from the first time this process reaches the point of that
+//   name, it throws there for <ms> (a stand-in for a connection that keeps failing).
 import { existsSync, writeFileSync } from 'node:fs';
 
 const killPoint = process.env.INTAKE_TEST_SIGKILL_AT ?? '';
 const throwOnce = process.env.INTAKE_TEST_THROW_ONCE ?? '';
 const blockOnce = process.env.INTAKE_TEST_BLOCK_ONCE ?? '';
+const failFor = process.env.INTAKE_TEST_FAIL_FOR ?? '';
+/** performance.now() until which the INTAKE_TEST_FAIL_FOR point fails (null: not reached yet). */
+let failingUntilMs: number | null = null;
 
 export function faultPoint(name: string): void {
   if (killPoint === name) process.kill(process.pid, 'SIGKILL');
@@ -58,4 +63,12 @@ export function blockPointOnce(name: string): void {
   const ms = Number(rest.slice(0, colon));
   if (colon < 0 || !Number.isFinite(ms) || !claimMarker(rest.slice(colon + 1))) return;
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** Throws (the caller's promise rejects) while INTAKE_TEST_FAIL_FOR's time for this point runs. */
+export function failPointFor(name: string): void {
+  if (!failFor.startsWith(`${name}:`)) return;
+  const now = performance.now();
+  failingUntilMs ??= now + Number(failFor.slice(name.length + 1));
+  if (now < failingUntilMs) throw new Error(`test fault: ${name}`);
 }
