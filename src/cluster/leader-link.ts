@@ -268,9 +268,12 @@ export class LeaderLink implements CommandSink {
     if (this.stopped) return;
     const now = performance.now();
     this.expire(now);
-    if (this.waiting.length === 0 || this.posts >= this.limits.maxPostsInFlight) return;
+    if (this.waiting.length === 0) return;
     const target = this.options.target();
+    // Before the POSTs' limit: a node that leads now runs what it holds at once, even while its
+    // POSTs to the old leader still hang (they waited for their grace period; a review).
     if (target === 'self') return this.runHere();
+    if (this.posts >= this.limits.maxPostsInFlight) return;
     if (target === null) {
       this.failing('no leader is known');
       return this.retryLater();
@@ -386,9 +389,18 @@ export class LeaderLink implements CommandSink {
       timer = setTimeout(() => req.destroy(Object.assign(new Error('the leader did not answer in time'), { code: TIMED_OUT })), timeoutMs);
       entry.abort = () => req.destroy(Object.assign(new Error('another node leads now'), { code: 'LEADER_REPLACED' }));
       this.exchanges.add(entry);
+      // Whether the connection was ever made (a kept-alive one was): a POST cut off while still
+      // connecting (a leader machine gone, its SYNs unanswered, until the timeout or the next
+      // leader) sent nothing, and counted as "may have been applied", so its unkeyed writes got
+      // an ambiguous 503 instead of going to the next leader (found by a review).
+      let connected = false;
+      req.on('socket', (socket) => {
+        if (!socket.connecting) connected = true;
+        else socket.once('connect', () => (connected = true));
+      });
       req.on('error', (error) => {
         const code = errorCode(error);
-        done(NOT_SENT_CODES.has(code) ? { kind: 'not-sent', reason: code } : { kind: 'lost', reason: code });
+        done(!connected || NOT_SENT_CODES.has(code) ? { kind: 'not-sent', reason: code } : { kind: 'lost', reason: code });
       });
       req.on('response', (res) => {
         const chunks: Buffer[] = [];
