@@ -5,6 +5,7 @@
 // proxy (test/helpers/fault-proxy.ts) in front of itself (CLUSTER_ADVERTISE_URL). The suite runs
 // once with HTTP_THREADS=1 (the main thread forwards) and once with HTTP_THREADS=2 (edge threads
 // hand writes to the state thread, which forwards them).
+import http from 'node:http';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { freePort } from '../bench/lib/sink-servers.ts';
@@ -42,6 +43,18 @@ async function proxiedCluster(c: TestCluster): Promise<{ a: TestNode; b: TestNod
   return { a, b, proxy, plan };
 }
 
+/** POSTs `body` whole to the forward endpoint as a follower does (node:http): 'status N', or the error's code. */
+function postWhole(port: number, body: Buffer, secret: string): Promise<string> {
+  return new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port, path: FORWARD_PATH, method: 'POST', agent: false, headers: { [FORWARD_SECRET_HEADER]: secret, 'content-type': 'application/octet-stream', 'content-length': body.length } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(`status ${res.statusCode}`));
+    });
+    req.on('error', (error: NodeJS.ErrnoException) => resolve(`error ${error.code ?? error.message}`));
+    req.end(body);
+  });
+}
+
 function retryAfter(res: Response): string | null {
   return res.headers.get('retry-after');
 }
@@ -58,6 +71,13 @@ for (const threads of ['1', '2']) {
     const head = `POST ${FORWARD_PATH} HTTP/1.1\r\nhost: x\r\n${FORWARD_SECRET_HEADER}: not-the-secret\r\ncontent-length: 50000000\r\n\r\n`;
     const { data } = await rawExchange(a.port, [head], 2_000);
     assert.match(data, /^HTTP\/1\.1 401 /, `answered at once: ${JSON.stringify(data.slice(0, 200))}`);
+    // A frame of 4 MB with a stale secret, sent whole as a follower sends it: the 401 reaches the
+    // sender (the body is counted, not kept). Answered at once with the connection closed, the
+    // sender mostly got EPIPE instead, and took its frame for "may have been applied" (a review).
+    for (let i = 0; i < 3; i++) {
+      const outcome = await postWhole(a.port, Buffer.alloc(4 * 1024 * 1024, 'x'), 'stale-secret');
+      assert.equal(outcome, 'status 401', `try ${i}: the answer, not a broken pipe`);
+    }
     // A follower with this epoch's secret still gets its writes through the same edges.
     const b = await c.add();
     await until('the follower to reach the leader', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);

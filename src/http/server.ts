@@ -195,15 +195,21 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
     // follower's frame; the answer comes once every command in it is answered.
     app.post(FORWARD_PATH, (res, req) => {
       const requestId = idOf(req);
-      if (stopping) return sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...CLOSE, header: ['retry-after', '1'] });
       const secret = req.getHeader(FORWARD_SECRET_HEADER);
-      const verdict = forwarded.judge?.(secret) ?? 'read';
-      if (verdict === 'refuse') return sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', CLOSE);
+      const verdict = stopping ? 'drain' : (forwarded.judge?.(secret) ?? 'read');
+      // Refused from the headers (stopping: 503; a wrong secret: 401), the body is still read to
+      // its end, counted and not kept, and answered then: answered at once with the connection
+      // closed, a follower still sending a frame of a few MB got EPIPE, not the answer, and took
+      // the frame for "may have been applied" (found by a review).
+      const refusal = (options: SendOptions): void => {
+        if (stopping) sendError(res, requestId, ERRORS.serviceUnavailable, SHUTTING_DOWN, { ...options, header: ['retry-after', '1'] });
+        else if (verdict === 'refuse') sendError(res, requestId, ERRORS.authentication, 'not this epoch\'s cluster secret', options);
+        else sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...options, header: ['retry-after', '1'] });
+      };
       const declared = declaredBytes(req.getHeader(H_CONTENT_LENGTH));
-      // Past the limit: 413, or, draining, 503 as for any forward here (a follower then looks for
+      // Past the limit: 413, or, refused anyway, that refusal (a 503 makes a follower look for
       // the leader again; a 413 would tell it the write cannot be taken anywhere).
-      const tooBig = (): void =>
-        verdict === 'drain' ? sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { ...CLOSE, header: ['retry-after', '1'] }) : sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE);
+      const tooBig = (): void => (verdict === 'read' ? sendError(res, requestId, ERRORS.payloadTooLarge, undefined, CLOSE) : refusal(CLOSE));
       if (declared > forwarded.limitBytes) return tooBig();
       env.inFlight++;
       let finished = false;
@@ -220,8 +226,8 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
 
       // One buffer, whatever the chunking (body-buffer.ts): a Buffer per chunk let a body sent one
       // byte per chunk take hundreds of times its size, before the secret is even checked.
-      // Not leading: the body is counted, not kept, and the answer is 503 (see judgeForward).
-      const body = verdict === 'drain' ? null : new BodyBuffer(declared, forwarded.limitBytes);
+      // Not leading (see judgeForward), stopping, or a wrong secret: the body is counted, not kept.
+      const body = verdict === 'read' ? new BodyBuffer(declared, forwarded.limitBytes) : null;
       let drainedBytes = 0;
       res.onData((chunk, isLast) => {
         if (finished) return;
@@ -235,7 +241,7 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         else body.append(chunk);
         if (!isLast) return;
         if (body === null) {
-          sendError(res, requestId, ERRORS.serviceUnavailable, NOT_LEADING, { header: ['retry-after', '1'] });
+          refusal({});
           return finish();
         }
         forwarded.handle(secret, body.bytes()).then(
