@@ -445,7 +445,9 @@ async function main(): Promise<void> {
     const deliveryStopped = deliveryStopping ?? delivery.stop(STOP_DELIVERY_TIMEOUT_MS);
     await pool.close();
     // A snapshot started earlier covers an older position: replace it with one of the final state.
-    await writer!.abort();
+    // Bounded: abort() waits for a failed snapshot's clean-up too, and after a failed commit
+    // lmdb-js may never settle a write (as for close() below).
+    await Promise.race([writer!.abort(), new Promise((resolve) => setTimeout(resolve, Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt))).unref())]);
     if (journal.commitFailure === null) {
       const deadline = setTimeout(() => void writer!.abort(), Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt)));
       await writer!.snapshot('shutdown', { paced: false });

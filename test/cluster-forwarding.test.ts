@@ -63,7 +63,7 @@ function retryAfter(res: Response): string | null {
 // end before the state thread said 401, until the state thread posted them the admission (found
 // by a review of the edge threads, 2026-11-25).
 for (const threads of ['1', '2']) {
-  test(`the forward endpoint answers a wrong cluster secret 401 before reading the body (it read up to its limit, 16 MiB or more, for anyone who could reach the port; HTTP_THREADS=${threads})`, async () => {
+  test(`the forward endpoint answers a wrong cluster secret 401 without keeping the body (it kept up to its limit, 16 MiB or more, for anyone who could reach the port), from the header when it is announced past the limit; HTTP_THREADS=${threads}`, async () => {
     const c = cluster({ HTTP_THREADS: threads });
     const a = await c.add();
     assert.equal(await c.leader(), a);

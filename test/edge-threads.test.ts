@@ -197,7 +197,7 @@ describe('edge threads (HTTP_THREADS=2)', () => {
 
   test('writes waiting for a stuck state thread are limited per edge (EDGE_QUEUE_MAX): beyond it 503 with Retry-After, nothing applied; the rest applied once it runs', async () => {
     const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
-    const server = await startServer({ env: { ...THREADS, EDGE_QUEUE_MAX: '5', INTAKE_TEST_BLOCK_ONCE: `state-command:3000:${marker}` } });
+    const server = await startServer({ env: { ...THREADS, EDGE_QUEUE_MAX: '5', INTAKE_TEST_BLOCK_ONCE: `state-command:6000:${marker}` } });
     servers.push(server);
     const first = postAloneAnswer(server.port, '/product', { id: 'first', name: 'P' });
     await until('the state thread to be stuck', async () => existsSync(marker), 2_000);

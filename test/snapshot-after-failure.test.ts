@@ -24,19 +24,24 @@ test('after a failed snapshot, abort() then snapshot() (as a graceful stop does)
     const interner = new ProfileInterner();
     for (let i = 0; i < 25; i++) applyRecord(workspaces, interner, { kind: 'product_upsert', workspace: 'ws-a', at: Date.now(), data: { id: `p${i}`, name: 'P' } } as never);
     journal.reset(25);
-    // The first snapshot's chunk write fails after 100 ms (a failing disk: the chunk is there, its
-    // commit reported failed), and removing it, the failed snapshot's clean-up, takes 300 ms.
+    // The first snapshot's chunk write fails (a failing disk: the chunk is there, its commit
+    // reported failed), and removing it, the failed snapshot's clean-up, waits for the test.
     const put = store.snapshotChunks.put.bind(store.snapshotChunks);
     const remove = store.snapshotChunks.remove.bind(store.snapshotChunks);
-    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     let failing = true;
+    let letRemove!: () => void;
+    const removing = new Promise<void>((resolve) => (letRemove = resolve));
     store.snapshotChunks.put = ((...args: Parameters<typeof put>) =>
-      failing ? put(...args).then(() => sleep(100)).then(() => Promise.reject(new Error('test: the disk failed'))) : put(...args)) as typeof put;
-    store.snapshotChunks.remove = ((...args: Parameters<typeof remove>) => sleep(300).then(() => remove(...args))) as typeof remove;
+      failing ? put(...args).then(() => Promise.reject(new Error('test: the disk failed'))) : put(...args)) as typeof put;
+    store.snapshotChunks.remove = ((...args: Parameters<typeof remove>) => removing.then(() => remove(...args))) as typeof remove;
     const first = writer.snapshot('first', { paced: false });
-    await sleep(200);
+    // Failed and detached; its clean-up waits.
+    for (let i = 0; writer.isRunning; i++) {
+      assert.ok(i < 5_000, 'the first snapshot failed');
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
     failing = false;
-    assert.equal(writer.isRunning, false, 'the failed snapshot is detached, its clean-up under way');
+    setTimeout(letRemove, 100);
     await writer.abort();
     const shutdown = await writer.snapshot('shutdown', { paced: false });
     assert.equal(await first, null, 'the first failed');

@@ -158,17 +158,21 @@ export async function sendBatch(writes: QueuedWrite[], options: ResolvedOptions,
   await slot;
   try {
     if (first === null) throw failure;
-    // Worked out again before every attempt, of every group split from this batch: a write the
-    // server settles meanwhile (a piece of it, another batch) moves it on. Once for the whole
-    // batch, a batch cut into groups of a rate-limited key's burst failed its later groups while
-    // the server was still settling the earlier ones (found by a review).
-    const deadlineAtMs = (): number => batchDeadlineAtMs(writes, takenAtMs, options, progress);
+    // The deadline as the batch leaves, moved on by each write of its own the server settles
+    // later (a group split from it, items answered before others retried): worked out once for
+    // the whole batch, a batch cut into groups of a rate-limited key's burst failed its later
+    // groups while the server was still settling the earlier ones (found by a review). Only its
+    // own: other batches' settlements would keep a batch whose item always fails retrying for as
+    // long as the client had other traffic.
+    const leavingDeadlineAtMs = batchDeadlineAtMs(writes, takenAtMs, options, progress);
+    const own: ServerProgress = { lastSettledAtMs: -Infinity };
+    const deadlineAtMs = (): number => Math.max(leavingDeadlineAtMs, own.lastSettledAtMs + options.retryDeadlineMs);
     let prepared: Envelope | null = first;
     // A group split from one that may have reached the server keeps saying so.
     const groups: Array<{ writes: QueuedWrite[]; reached: boolean }> = [{ writes, reached: false }];
     while (groups.length > 0) {
       const group = groups.shift()!;
-      const smaller = await sendGroup(prepared ?? (await envelope(group.writes, options)), options, deadlineAtMs, progress, group.reached);
+      const smaller = await sendGroup(prepared ?? (await envelope(group.writes, options)), options, deadlineAtMs, progress, own, group.reached);
       prepared = null;
       if (smaller !== null) groups.unshift(...smaller.groups.map((w) => ({ writes: w, reached: smaller.reached })));
     }
@@ -190,6 +194,7 @@ async function sendGroup(
   options: ResolvedOptions,
   deadlineAtMs: () => number,
   progress: ServerProgress,
+  own: ServerProgress,
   reachedBefore: boolean,
 ): Promise<{ groups: QueuedWrite[][]; reached: boolean } | null> {
   let current = start;
@@ -248,7 +253,7 @@ async function sendGroup(
       // names where it pointed.
       return refuseAll(outcome.status, null, outcome.body, outcome.headers.get('location'));
     } else if (outcome.status === 200 && lone !== null) {
-      progress.lastSettledAtMs = performance.now();
+      own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
       settleFinal(lone, 200, outcome.body);
       return null;
     } else if (outcome.status === 200) {
@@ -267,7 +272,7 @@ async function sendGroup(
           retryStatus = result.status;
         } else settleFinal(write, result.status, result.body);
       });
-      if (again.length < current.writes.length) progress.lastSettledAtMs = performance.now();
+      if (again.length < current.writes.length) own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
       if (again.length === 0) return null;
       current = await envelope(again, options);
     } else if (outcome.status === 413 && current.writes.length === 1 && !current.alone) {
@@ -291,7 +296,7 @@ async function sendGroup(
     } else {
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
-      progress.lastSettledAtMs = performance.now();
+      own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
       // Only a write sent alone answered 422 (its body), 404 (what it names) or 413 (its size) is
       // judged itself: under the same Idempotency-Key a write an earlier attempt applied would
       // have been replayed, so it was not applied. Anything else (the key refused: 401, 403; a

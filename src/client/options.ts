@@ -37,7 +37,8 @@ export interface ClientOptions {
    * A batch not settled within this long fails its writes with IntakeUnavailableError (default
    * 120,000 ms): counted from when it was ready to leave (taken from the queue, or once its oldest
    * write had waited flushIntervalMs, if sooner), or from the last write of this client the server
-   * settled if that is later (batchDeadlineAtMs, worked out again before every attempt).
+   * settled if that is later (batchDeadlineAtMs); then moved on by each write of the batch's own
+   * the server settles (sendBatch).
    */
   retryDeadlineMs?: number;
   /** Called once per retry, for logs and metrics. */

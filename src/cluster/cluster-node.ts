@@ -264,6 +264,8 @@ export class ClusterNode {
   /** As a candidate: the seq applied when it last moved, and when (candidateStalled()). */
   private candidateSeq = 0;
   private candidateProgressAtMs = 0;
+  /** When a read on the replication reader's connection last succeeded (read()). */
+  private readOkAtMs = -Infinity;
   /** performance.now() until which this node does not take the lease (after a stalled candidacy). */
   private abstainUntilMs = 0;
   /** performance.now() until which the leader's lease surely holds (from its last renewal's send time). */
@@ -412,7 +414,7 @@ export class ClusterNode {
   async start(): Promise<void> {
     this.running = true;
     try {
-      await this.reader.use(async (client) => {
+      await this.read(async (client) => {
         await ensureSchema(client);
         await ensureClusterRows(client, this.settings.cluster);
         this.knownHeadSeq = (await this.journal.head(client)).lastSeq;
@@ -609,10 +611,10 @@ export class ClusterNode {
       }
       let batches: StoredBatch[];
       try {
-        if (!this.prefixChecked) await this.reader.use((client) => this.checkPrefix(client));
+        if (!this.prefixChecked) await this.read((client) => this.checkPrefix(client));
         // A join whose copy of the records before its snapshot was cut short finishes it first.
         if (this.host.pendingCopy() !== null) {
-          await this.host.finishCopy({ batchesAfter: (after, max) => this.reader.use((client) => this.journal.batchesAfter(client, after, max)) });
+          await this.host.finishCopy({ batchesAfter: (after, max) => this.read((client) => this.journal.batchesAfter(client, after, max)) });
           this.log.info({ appliedSeq: this.host.appliedSeq() }, 'finished copying the journal records before the joined snapshot');
         }
         // A node that holds nothing loads the newest snapshot first, when there is one: faster
@@ -626,7 +628,7 @@ export class ClusterNode {
         }
         const after = this.host.appliedSeq();
         failPointFor('replication-read');
-        batches = await this.reader.use((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
+        batches = await this.read((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
         // Nothing after `after`: ask the head whether the journal ends here or was trimmed past
         // it, even when no NOTIFY said it moved. A node that missed the NOTIFYs (its PostgreSQL
         // connections were cut) while retention emptied the journal otherwise read nothing,
@@ -683,6 +685,9 @@ export class ClusterNode {
           await this.promote();
         } catch (error) {
           this.log.error({ err: error }, 'promotion failed: stepping down');
+          // Sitting a lease out: a promotion that keeps failing would take and give up the lease
+          // again and again, and another node could lead meanwhile.
+          this.abstainUntilMs = performance.now() + this.settings.leaseMs;
           await this.stepDown('the promotion failed', error instanceof Error ? error : new Error(String(error)));
         }
         continue;
@@ -694,7 +699,7 @@ export class ClusterNode {
   /** Reads how far the cluster's journal was trimmed (its first batch, or its head when it holds none). */
   private async readTrimmed(): Promise<void> {
     this.trimmedCheckedAtMs = performance.now();
-    const trimmed = await this.reader.use(async (client) => {
+    const trimmed = await this.read(async (client) => {
       // The head first (as trimmedPast() reads them): read after an empty journal, it could
       // count a commit landed in between as trimmed, and this node's own retention would then
       // drop a record no sink confirmed (found by a review).
@@ -708,7 +713,7 @@ export class ClusterNode {
 
   /** The journal holds no record after `appliedSeq` although the head is past it: retention trimmed them. */
   private async trimmedPast(appliedSeq: number): Promise<boolean> {
-    return this.reader.use(async (client) => {
+    return this.read(async (client) => {
       const head = await this.journal.head(client);
       this.noteHead(head.lastSeq);
       if (head.lastSeq <= appliedSeq) return false;
@@ -719,7 +724,7 @@ export class ClusterNode {
 
   private async readHead(): Promise<void> {
     this.headReadAtMs = performance.now();
-    const head = await this.reader.use((client) => this.journal.head(client));
+    const head = await this.read((client) => this.journal.head(client));
     this.noteHead(head.lastSeq);
   }
 
@@ -739,7 +744,7 @@ export class ClusterNode {
   /** The newest complete snapshot stored in PostgreSQL if it is ahead of what this node has applied, else null. */
   private async newestSnapshotAhead(): Promise<StoredSnapshot | null> {
     const applied = this.host.appliedSeq();
-    const stored = await this.reader.use((client) => this.snapshots.newest(client));
+    const stored = await this.read((client) => this.snapshots.newest(client));
     return stored !== null && stored.seq > applied ? stored : null;
   }
 
@@ -763,8 +768,8 @@ export class ClusterNode {
       chunks: stored.chunks,
       bytes: stored.bytes,
       entities: stored.entities ?? { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0, idempotencyKeys: 0 },
-      readChunks: (first, count) => this.reader.use((client) => this.snapshots.chunks(client, stored.id, first, count)),
-      batchesAfter: (afterSeq, maxBatches) => this.reader.use((client) => this.journal.batchesAfter(client, afterSeq, maxBatches)),
+      readChunks: (first, count) => this.read((client) => this.snapshots.chunks(client, stored.id, first, count)),
+      batchesAfter: (afterSeq, maxBatches) => this.read((client) => this.journal.batchesAfter(client, afterSeq, maxBatches)),
     };
   }
 
@@ -850,18 +855,16 @@ export class ClusterNode {
     let retryMs = RETRY_FIRST_MS;
     while (this.running) {
       let client: pg.Client | null = null;
+      let check: NodeJS.Timeout | null = null;
       try {
         client = await connectClient(this.settings.url, { queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName: 'intake-listen' });
-        let check: NodeJS.Timeout | null = null;
         const lost = new Promise<void>((resolve) => {
           client!.once('end', resolve);
           client!.once('error', () => resolve());
           // A query that fails or times out (QUERY_TIMEOUT_MS) means the connection is gone, even
           // when no packet said so: TCP keep-alive alone took the OS's two hours (a review).
           check = setInterval(() => void client!.query('SELECT 1').catch(() => resolve()), LISTEN_CHECK_MS);
-        });
-        void lost.then(() => {
-          if (check !== null) clearInterval(check);
+          check.unref();
         });
         client.on('notification', (message) => {
           const payload = message.payload ?? '';
@@ -880,6 +883,7 @@ export class ClusterNode {
       } catch {
         // PostgreSQL unreachable: the poll keeps replication going meanwhile.
       }
+      if (check !== null) clearInterval(check);
       if (this.listener === client) this.listener = null;
       await closeClient(client);
       if (this.running) await sleep(retryMs);
@@ -1013,12 +1017,22 @@ export class ClusterNode {
   private candidateStalled(): boolean {
     const applied = this.host.appliedSeq();
     const now = performance.now();
-    if (applied !== this.candidateSeq) {
+    // Caught up (its promotion under way), or still applying: not stalled. A read of the
+    // cluster's PostgreSQL that succeeded counts as progress too: a join through a snapshot
+    // reads its chunks for a while before the applied seq moves.
+    if (applied >= this.promoteAt || applied !== this.candidateSeq) {
       this.candidateSeq = applied;
       this.candidateProgressAtMs = now;
       return false;
     }
-    return now - this.candidateProgressAtMs >= CANDIDATE_STALL_LEASES * this.settings.leaseMs;
+    return now - Math.max(this.candidateProgressAtMs, this.readOkAtMs) >= CANDIDATE_STALL_LEASES * this.settings.leaseMs;
+  }
+
+  /** A query on the replication reader's connection; notes when one last succeeded (candidateStalled()). */
+  private async read<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
+    const result = await this.reader.use(run);
+    this.readOkAtMs = performance.now();
+    return result;
   }
 
   /** intake_cluster_lease_renewal_failures_total, once per renewal (late, hung, or failed). */
@@ -1060,7 +1074,7 @@ export class ClusterNode {
         // otherwise hold the promotion for its whole query timeout, 10 s, not checked until it ends.
         const leftMs = Math.max(1, deadlineMs - performance.now());
         const saved = await withinMs(
-          this.reader.use((client) => readSinkPositions(client, this.settings.cluster)),
+          this.read((client) => readSinkPositions(client, this.settings.cluster)),
           leftMs,
         );
         const adopted = await this.host.adoptSinkPositions(saved);

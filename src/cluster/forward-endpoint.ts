@@ -46,9 +46,11 @@ export class ForwardEndpoint {
 
   /**
    * What becomes of a forward with `secret` (judgeForward), from its header alone: the HTTP layer
-   * answers 401 before it reads a body that fails (it read up to the endpoint's limit, 16 MiB or
-   * more, for anyone who could reach the port; found by a review). A node not leading drains the
-   * body unkept and answers 503, which tells a follower to look for the leader again.
+   * never keeps the body of one that fails (it kept up to the endpoint's limit, 16 MiB or more,
+   * for anyone who could reach the port; found by a review): it drains it unkept and answers 401
+   * at its end (answered at once, a follower still sending got EPIPE, not the 401; another
+   * review). A node not leading drains it too and answers 503, which tells a follower to look for
+   * the leader again.
    */
   judge(secret: string): ForwardVerdict {
     return judgeForward(this.admission(), secret);

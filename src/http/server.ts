@@ -241,7 +241,9 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         else body.append(chunk);
         if (!isLast) return;
         if (body === null) {
-          refusal({});
+          // Closed after a stale secret's 401 and a stopping node's 503, as before they were
+          // drained; a follower's 503 keeps the connection (its sender looks for the leader again).
+          refusal(stopping || verdict === 'refuse' ? CLOSE : {});
           return finish();
         }
         forwarded.handle(secret, body.bytes()).then(
