@@ -1176,6 +1176,12 @@ export class ClusterNode {
     this.leaseTimer = setTimeout(
       () => {
         this.leaseTimer = null;
+        // Early: a timer counts from the event loop's cached time, which lags behind when the
+        // loop was busy as it was armed, so it can fire before the lease has run out by
+        // performance.now(). Neither check below held then, and nothing looked again until the
+        // hung renewal timed out 10 s later: the node went on as leader, its failure uncounted
+        // (a clean CI run under load saw it once). Armed again for what is left.
+        if (performance.now() < this.leaseValidUntil) return this.armLeaseExpiry();
         // A renewal still in flight when the lease runs out has failed (it hangs on a frozen
         // backend or a dropping network, up to QUERY_TIMEOUT_MS): counted now, not when (if) it ends.
         if (this.renewing && performance.now() >= this.leaseValidUntil) this.countRenewalFailed();
