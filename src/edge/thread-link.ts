@@ -21,7 +21,7 @@ const LINGER_MS = 1;
 const FLUSH_COMMANDS = 64;
 
 /** How many writes, and how many bytes of their bodies, may wait for the state thread (settings). */
-export interface LinkLimits {
+export interface EdgeQueueLimits {
   edgeQueueMax: number;
   edgeQueueBytes: number;
 }
@@ -44,7 +44,7 @@ export class ThreadLink implements StateLink {
   constructor(
     private readonly port: MessagePort,
     private readonly keys: KeyHashes,
-    private readonly limits: LinkLimits,
+    private readonly limits: EdgeQueueLimits,
   ) {}
 
   /** Requests sent and not answered yet. */
