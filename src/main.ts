@@ -447,9 +447,10 @@ async function main(): Promise<void> {
     // A snapshot started earlier covers an older position: replace it with one of the final state.
     // Bounded: abort() waits for a failed snapshot's clean-up too, and after a failed commit
     // lmdb-js may never settle a write (as for close() below).
-    await Promise.race([writer!.abort(), new Promise((resolve) => setTimeout(resolve, Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt))).unref())]);
+    const snapshotLeftMs = (): number => Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt));
+    await Promise.race([writer!.abort(), new Promise((resolve) => setTimeout(resolve, snapshotLeftMs()).unref())]);
     if (journal.commitFailure === null) {
-      const deadline = setTimeout(() => void writer!.abort(), Math.max(0, STOP_SNAPSHOT_DEADLINE_MS - (Date.now() - startedAt)));
+      const deadline = setTimeout(() => void writer!.abort(), snapshotLeftMs());
       await writer!.snapshot('shutdown', { paced: false });
       clearTimeout(deadline);
     }

@@ -197,6 +197,10 @@ async function sendGroup(
   own: ServerProgress,
   reachedBefore: boolean,
 ): Promise<{ groups: QueuedWrite[][]; reached: boolean } | null> {
+  /** The server settled writes of this batch: the client's deadlines, and this batch's, move on. */
+  const settledNow = (): void => {
+    own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
+  };
   let current = start;
   let attempts = 0;
   let retries = 0;
@@ -253,7 +257,7 @@ async function sendGroup(
       // names where it pointed.
       return refuseAll(outcome.status, null, outcome.body, outcome.headers.get('location'));
     } else if (outcome.status === 200 && lone !== null) {
-      own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
+      settledNow();
       settleFinal(lone, 200, outcome.body);
       return null;
     } else if (outcome.status === 200) {
@@ -272,7 +276,7 @@ async function sendGroup(
           retryStatus = result.status;
         } else settleFinal(write, result.status, result.body);
       });
-      if (again.length < current.writes.length) own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
+      if (again.length < current.writes.length) settledNow();
       if (again.length === 0) return null;
       current = await envelope(again, options);
     } else if (outcome.status === 413 && current.writes.length === 1 && !current.alone) {
@@ -296,7 +300,7 @@ async function sendGroup(
     } else {
       // A final answer for the whole batch (401, 415, 400, a 422 of one write, a 404 from a server
       // without /batch), or for a write sent alone (413 there too: over its endpoint's own limit): every write gets it.
-      own.lastSettledAtMs = progress.lastSettledAtMs = performance.now();
+      settledNow();
       // Only a write sent alone answered 422 (its body), 404 (what it names) or 413 (its size) is
       // judged itself: under the same Idempotency-Key a write an earlier attempt applied would
       // have been replayed, so it was not applied. Anything else (the key refused: 401, 403; a

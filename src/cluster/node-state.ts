@@ -270,8 +270,7 @@ export class NodeState implements ClusterHost {
   }
 }
 
-/** Deletes every batch of the local journal, in bounded LMDB transactions. */
-/** Removes the local journal's batches, all of them or those that start at or before `throughSeq`. */
+/** Removes the local journal's batches, all of them or those that start at or before `throughSeq`, in bounded LMDB transactions. */
 async function removeJournal(store: Store, throughSeq = Infinity): Promise<void> {
   const keys = [...store.journal.getKeys(Number.isFinite(throughSeq) ? { end: throughSeq + 1 } : {})];
   for (let i = 0; i < keys.length; i += REMOVE_BATCHES_PER_TXN) {
