@@ -269,6 +269,27 @@ describe('intake/client', () => {
     assert.equal(exportLines(small.dataDir, 'events', '--kind', 'collection_products_add').length, 1, 'the mapping once');
   });
 
+  test('a batch far over the server\'s body limit, cut off with EPIPE before its 413 is read, is halved as after a 413, not sent again unchanged', async () => {
+    // The server reads and throws away up to its limit again, then answers 413 and closes: a
+    // 4 MB body against a 16 KiB limit meets a closed socket while it is being sent (EPIPE in
+    // 3 of 3 probes), and the old client retried it unchanged until its deadline.
+    const small = await start({ BATCH_BODY_LIMIT_BYTES: '16384' });
+    const retries: string[] = [];
+    const c = client(small.url, {
+      flushIntervalMs: 60_000,
+      maxBatchItems: 1000,
+      maxBatchBytes: 8_000_000,
+      gzipThresholdBytes: Infinity,
+      onRetry: (info) => retries.push(`${info.items} items: ${info.status ?? String((info.error as { cause?: { code?: unknown } })?.cause?.code ?? info.error)}`),
+    });
+    const description = 'x'.repeat(2000);
+    const writes = Array.from({ length: 1000 }, (_, i) => outcome(c.upsertProduct({ id: `cut-${i}`, name: 'n'.repeat(2000), description })));
+    await c.close();
+    for (const w of writes) assert.deepEqual(await w, { value: { success: true } });
+    assert.deepEqual(retries.filter((r) => r.includes('EPIPE')), [], `no batch was sent again unchanged after EPIPE: ${retries.join('; ')}`);
+    assert.equal(exportLines(small.dataDir, 'events', '--kind', 'product_upsert').length, 1000, 'every write once');
+  });
+
   test('a batch of more items than the key\'s rate-limit burst is cut to the burst (429); one over BATCH_MAX_ITEMS is halved (422): every write lands once', async () => {
     // Such a batch can never pass as it is: retried unchanged until the deadline, every write failed.
     const limited = await start({ RATE_LIMIT_PER_SECOND: '1000', RATE_LIMIT_BURST: '30' });

@@ -1,9 +1,10 @@
 // Sends one batch of queued writes through POST /batch until every write in it is settled:
-// retries (same per-write keys, same batch key while the body is the same), splits (413 and the
-// envelope's 422 halve a batch; a 429 for more items than the key's burst cuts it to the burst),
+// retries (same per-write keys, same batch key while the body is the same), splits (413, the
+// envelope's 422, and a connection closed while the body was sent halve a batch; a 429 for more
+// items than the key's burst cuts it to the burst),
 // and each item's own answer resolved or rejected.
 import { randomUUID } from 'node:crypto';
-import { IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, neverConnected, type WriteIdentity } from './errors.ts';
+import { cutOffWhileSending, IntakeProtocolError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, neverConnected, type WriteIdentity } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
 import { isRetryableStatus, MIN_ATTEMPT_MS, parseRetryAfterMs, retryDelayMs } from './retry-policy.ts';
 import { attempt, prepareBody, type PreparedBody } from './transport.ts';
@@ -249,7 +250,18 @@ async function sendGroup(
     let retryStatus: number | null = null;
     let retryError: unknown = null;
     let retryAfterMs: number | null = null;
-    if (outcome.kind === 'network') {
+    if (outcome.kind === 'network' && !current.alone && cutOffWhileSending(outcome.error)) {
+      // Closed on while sending: most likely a body too large for the server, whose 413 went
+      // unread (cutOffWhileSending). Sent again unchanged it would meet the same end on every
+      // attempt, until the deadline; split as a 413 splits it. If it was something else (a
+      // server going down), the parts are retried as any write, each with its own key, and the
+      // attempt may have reached the server.
+      reached = true;
+      if (current.writes.length > 1) return { groups: halves(current.writes), reached };
+      current = await loneEnvelope(current.writes[0]!, options);
+      lastError = outcome.error;
+      continue;
+    } else if (outcome.kind === 'network') {
       retryError = outcome.error;
       if (!neverConnected(outcome.error)) reached = true;
     } else if (outcome.status >= 300 && outcome.status < 400) {

@@ -104,6 +104,22 @@ export function neverConnected(error: unknown): boolean {
   return cause.syscall === 'connect' || cause.syscall === 'getaddrinfo';
 }
 
+/**
+ * Whether a failed attempt's error says the server closed the connection while the body was
+ * still being sent (EPIPE on the write). That is what a server does with a body too large for it:
+ * it reads and throws away up to its limit again, answers 413 and closes (CONTRACT §2), and a
+ * body bigger than that meets a closed socket before the 413 is read.
+ */
+export function cutOffWhileSending(error: unknown): boolean {
+  let cause = (error as { cause?: unknown } | null)?.cause;
+  // fetch's TypeError holds the socket's error as its cause; a level or two deeper in some undici paths.
+  for (let depth = 0; depth < 3 && typeof cause === 'object' && cause !== null; depth++) {
+    if ((cause as { code?: unknown }).code === 'EPIPE') return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** The server answered something the client cannot read (not the batch protocol). */
 export class IntakeProtocolError extends IntakeError {
   constructor(message: string) {
