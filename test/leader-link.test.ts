@@ -72,3 +72,46 @@ test('a POST to a leader that never accepted the connection sent nothing: its un
   assert.deepEqual(answers.map((a) => [a.status, a.body]), [[200, '{"success":true}'], [200, '{"success":true}']], 'both applied by the new leader: the unkeyed write too');
   assert.equal(applied, 2);
 });
+
+test('a frame in flight waits for its latest deadline: a command near its end gets its 503 at its own deadline, and the fresh ones of its frame are answered by a slow leader in one POST', async (t) => {
+  // Before, the POST's timeout was the frame's earliest deadline: here 300 ms left to the first
+  // command, a leader answering in 600 ms, so the POST was cut off, the second command went
+  // again in a second POST (a review).
+  let posts = 0;
+  const slow = http.createServer((req, res) => {
+    posts++;
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const { frame } = frameFromBytes(Buffer.concat(chunks));
+      const answers = new AnswerWriter();
+      for (const c of readCommands(frame)) answers.add({ id: c.id, status: 200, body: '{"success":true}', header: '', headerValue: '', close: false });
+      setTimeout(() => res.end(answers.take()), 600);
+    });
+  });
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  t.after(() => slow.close());
+  const startedAt = performance.now();
+  const leader = { name: 'slow', url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}`, secret: 's1', epoch: 1 };
+  const link = new LeaderLink({
+    origin: 'f/2',
+    // No leader known for 1.7 s (a takeover), then one that answers in 600 ms.
+    target: () => (performance.now() - startedAt < 1_700 ? null : leader),
+    local: { run: () => assert.fail('this node does not lead') },
+    forwardTimeoutMs: 2_000,
+    keysRemembered: true,
+    log: pino({ level: 'silent' }),
+  });
+  t.after(() => link.stop());
+  const command = (idempotencyKey: string): Command => ({ id: 1, kind: 'json', route: 'track_event', workspace: 'ws', keyHash: 'h', param: '', at: Date.now(), requestId: 'r', idempotencyKey, scope: [1, 2, 3], fingerprint: [4, 5], gzip: false, text: '{}', bytes: null });
+  const answered = (key: string) => new Promise<{ answer: Answer; atMs: number }>((resolve) => link.run(command(key), (answer) => resolve({ answer, atMs: performance.now() - startedAt })));
+  const old = answered('old');
+  await new Promise((resolve) => setTimeout(resolve, 1_600));
+  const fresh = answered('fresh');
+  const [a, b] = await Promise.all([old, fresh]);
+  assert.equal(a.answer.status, 503, `the old command gets its 503: ${a.answer.body}`);
+  assert.match(a.answer.body, /may or may not have been applied/);
+  assert.ok(a.atMs >= 1_990 && a.atMs < 2_250, `at its own deadline (2,000 ms), not at the POST's end: ${a.atMs.toFixed(0)} ms`);
+  assert.deepEqual([b.answer.status, b.answer.body], [200, '{"success":true}'], 'the fresh one: the leader\'s answer');
+  assert.equal(posts, 1, 'one POST: the frame was not cut short by the old command\'s deadline');
+});

@@ -283,14 +283,14 @@ export class LeaderLink implements CommandSink {
     while (this.waiting.length > 0 && this.posts < this.limits.maxPostsInFlight) this.post(target, this.takeFrame());
   };
 
-  /** Commands past their deadline get 503 (the few that are in flight come back by then: their POST's timeout). */
+  /** Waiting commands past their deadline get 503 (those in flight get theirs from expireInFlight). */
   private expire(now: number): void {
     if (this.waiting.length === 0 || this.waiting.every((f) => f.deadlineMs > now)) return;
     const keep: Forward[] = [];
     for (const f of this.waiting) {
       if (f.deadlineMs > now) keep.push(f);
       else if (!mayHaveReached(f)) this.refuse(f, `no leader took the write within ${this.options.forwardTimeoutMs} ms (a leader change, or the leader cannot be reached); nothing was applied`);
-      else this.refuse(f, `the leader did not answer within ${this.options.forwardTimeoutMs} ms; the write may or may not have been applied: retry it with the same Idempotency-Key`);
+      else this.refuse(f, this.noAnswerMessage());
     }
     this.waiting = keep;
   }
@@ -343,22 +343,54 @@ export class LeaderLink implements CommandSink {
     }, RETRY_MS);
   }
 
+  /**
+   * The POST waits for the frame's latest deadline, and each command of it that reaches its own
+   * deadline first gets its 503 then (expireInFlight). With the earliest deadline as the POST's
+   * timeout, one command near its end (it waited for a leader) cut short a frame of fresh ones:
+   * they went again, and a leader slower than what that one had left never answered a frame
+   * (found by a review).
+   */
   private post(target: LeaderTarget, frame: Forward[]): void {
     this.posts++;
     const writer = new CommandWriter();
-    let deadline = Infinity;
+    let latestMs = -Infinity;
     for (const f of frame) {
       writer.add(f.command);
-      if (f.deadlineMs < deadline) deadline = f.deadlineMs;
+      if (f.deadlineMs > latestMs) latestMs = f.deadlineMs;
     }
     const body = frameToBytes(this.options.origin, writer.take());
-    // Whole milliseconds: AbortSignal.timeout() takes no fraction.
-    const timeoutMs = Math.max(MIN_POST_TIMEOUT_MS, Math.ceil(deadline - performance.now()));
+    // Whole milliseconds, as timers take them.
+    const timeoutMs = Math.max(MIN_POST_TIMEOUT_MS, Math.ceil(latestMs - performance.now()));
+    const expiry = this.expireInFlight(frame);
     void this.exchange(target, body, timeoutMs).then((outcome) => {
+      clearTimeout(expiry.timer);
       this.posts--;
       this.settle(target, frame, outcome);
       this.flush();
     });
+  }
+
+  /** Answers 503 to each command of a frame in flight once its own deadline passes (the POST goes on for the others; its answer to this one is then ignored). */
+  private expireInFlight(frame: Forward[]): { timer: NodeJS.Timeout | undefined } {
+    const expiry: { timer: NodeJS.Timeout | undefined } = { timer: undefined };
+    const arm = (): void => {
+      const now = performance.now();
+      let nextMs = Infinity;
+      for (const f of frame) {
+        if (f.done) continue;
+        if (f.deadlineMs <= now) this.refuse(f, this.noAnswerMessage());
+        else if (f.deadlineMs < nextMs) nextMs = f.deadlineMs;
+      }
+      // Re-armed for what is left, also when a timer fires before its time by performance.now()
+      // (a timer counts from the event loop's cached time).
+      if (nextMs !== Infinity) expiry.timer = setTimeout(arm, Math.max(1, Math.ceil(nextMs - now)));
+    };
+    arm();
+    return expiry;
+  }
+
+  private noAnswerMessage(): string {
+    return `the leader did not answer within ${this.options.forwardTimeoutMs} ms; the write may or may not have been applied: retry it with the same Idempotency-Key`;
   }
 
   /** One POST to the leader's endpoint; never rejects. */
