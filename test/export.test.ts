@@ -113,8 +113,18 @@ describe('export', () => {
     assert.ok(exportLines(server.dataDir, 'products').some((p) => p.id === 'not-durable'), 'and is in the state');
   });
 
+  test('--flag=value works as --flag value does (as import and keys take it)', async () => {
+    const spaced = await streamExport(bigDir, ['events', '--since', String(EVENTS - 10)]);
+    const joined = await streamExport(bigDir, ['events', `--since=${EVENTS - 10}`]);
+    assert.equal(joined.lines, 10);
+    assert.deepEqual(joined.first, spaced.first);
+    const kind = runCli('export', ['events', `--since=${EVENTS - 3}`, '--kind=event', `--data-dir=${bigDir}`], '/nonexistent-data-dir');
+    assert.equal(kind.status, 0, kind.stderr);
+    assert.equal(kind.stdout.split('\n').filter((line) => line !== '').length, 3, '--data-dir= chose the directory, --kind= and --since= filtered');
+  });
+
   test('bad arguments: a message and a non-zero status', () => {
-    for (const args of [[], ['everything'], ['events', '--since', 'x'], ['events', '--kind', 'nope'], ['devices', '--since', '3']]) {
+    for (const args of [[], ['everything'], ['events', '--since', 'x'], ['events', '--kind', 'nope'], ['devices', '--since', '3'], ['events', '--since='], ['events', '--follow=yes'], ['events', '--data-dir', '--follow'], ['events', '--kind=nope']]) {
       const res = runCli('export', args, bigDir);
       assert.notEqual(res.status, 0, args.join(' '));
       assert.match(res.stderr, /usage: npm run export/);

@@ -50,12 +50,17 @@ function parseArgs(argv: readonly string[]): ExportArgs {
   const args: ExportArgs = { what: 'events', since: 0, workspace: null, kind: null, follow: false, dataDir: process.env.DATA_DIR || './data' };
   let what: string | undefined;
   for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
+    // `--flag value` or `--flag=value`, as `npm run import` and `npm run keys` take them.
+    const raw = argv[i]!;
+    const [arg, inline] = raw.startsWith('--') && raw.includes('=') ? [raw.slice(0, raw.indexOf('=')), raw.slice(raw.indexOf('=') + 1)] : [raw, undefined];
     const value = (): string => {
+      if (inline !== undefined) return inline;
       const v = argv[++i];
-      if (v === undefined) throw new UsageError(`${arg} needs a value`);
+      // A flag as the value (`--data-dir --follow`) is a value forgotten, not a directory named so.
+      if (v === undefined || v.startsWith('--')) throw new UsageError(`${arg} needs a value`);
       return v;
     };
+    if (inline !== undefined && (arg === '--follow' || arg === '--help')) throw new UsageError(`${arg} takes no value`);
     if (arg === '--since') {
       const v = value();
       if (!/^[0-9]+$/.test(v)) throw new UsageError('--since takes a non-negative integer seq');
@@ -69,7 +74,7 @@ function parseArgs(argv: readonly string[]): ExportArgs {
     else if (arg === '--follow') args.follow = true;
     else if (arg === '--help' || arg === '-h') throw new UsageError('');
     else if (what === undefined && !arg.startsWith('-')) what = arg;
-    else throw new UsageError(`unexpected argument ${arg}`);
+    else throw new UsageError(`unexpected argument ${raw}`);
   }
   if (what === undefined || !(WHATS as readonly string[]).includes(what)) throw new UsageError(`say what to export: ${WHATS.join(', ')}`);
   args.what = what as What;
