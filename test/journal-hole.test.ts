@@ -53,6 +53,12 @@ test('a journal with a hole: the server refuses to start, says which seqs and wh
   assert.equal(exported.status, 1);
   assert.match(exported.stderr, /^export: the journal has a hole: seqs 4 to 6 are missing/);
   assert.equal(exported.stdout, '');
+  // So does `export events`, once it reaches the hole: the records after it would be deleted by
+  // the repair and their seqs reused (it printed them, calling the hole "trimmed by retention").
+  const events = runCli('export', ['events'], dataDir);
+  assert.equal(events.status, 1, events.stderr);
+  assert.match(events.stderr, /^export: the journal has a hole: seqs 4 to 6 are missing, and records 7 to 8 are stored after it\./);
+  assert.deepEqual(events.stdout.split('\n').filter((line) => line !== '').map((line) => (JSON.parse(line) as { seq: number }).seq), [1, 2, 3], 'the records before the hole, none after it');
 
   const check = runCli('journal', ['check'], dataDir);
   assert.equal(check.status, 1);
@@ -95,6 +101,9 @@ test('a hole right after the position the newest snapshot covers is found too', 
   const refused = startRefused(dataDir);
   assert.equal(refused.status, 1);
   assert.match(refused.stderr, /the journal has a hole: seq 4 is missing, and record 5 is stored after it\./);
+  const events = runCli('export', ['events'], dataDir);
+  assert.equal(events.status, 1, events.stderr);
+  assert.match(events.stderr, /the journal has a hole: seq 4 is missing, and record 5 is stored after it\./);
   assert.match(runCli('journal', ['repair'], dataDir).stderr, /deleted 1 record\(s\), seq 5 to 5/);
   const restarted = await startServer({ dataDir });
   try {

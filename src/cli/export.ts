@@ -9,7 +9,7 @@ import { collectionViews, customerViews, deviceView, productViews } from '../act
 import { exportRecord } from '../journal/export-line.ts';
 import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
-import { recover } from '../journal/recovery.ts';
+import { JournalHoleError, recover } from '../journal/recovery.ts';
 import { openStore, type Store } from '../journal/store.ts';
 import { newestCompleteSnapshot } from '../journal/snapshot-writer.ts';
 import { dataDirInUse } from '../journal/data-dir.ts';
@@ -95,11 +95,23 @@ function notInJournal(from: number, to: number, rest: string): void {
  */
 async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, after: number, upTo: number | null, stopped: () => boolean): Promise<number> {
   let cursor = after;
+  const firstSeq = Journal.firstSeq(store.journal);
   for (const { seq, record } of Journal.read(store.journal, after)) {
     if ((upTo !== null && seq > upTo) || stopped()) break;
-    // Records before the journal's first were trimmed by retention (or, on a cluster node, not
-    // copied by a join): said on stderr, as the delivery loop logs it, not skipped in silence.
-    if (seq > cursor + 1) notInJournal(cursor + 1, seq - 1, `; going on at ${seq}`);
+    if (seq > cursor + 1 && firstSeq !== null && firstSeq <= cursor) {
+      // A hole: records are stored before and after it (a data directory damaged by a version
+      // before 2026-11-24, or edited). Past the newest snapshot it is what the server refuses to
+      // start on, and `npm run journal -- repair` deletes the records after it, whose seqs new
+      // writes then take: printed, a consumer would hold records that vanish and seqs that come
+      // back meaning other writes. Refused as the state exports refuse it (a review).
+      const coveredSeq = newestCompleteSnapshot(store)?.seq ?? 0;
+      if (seq - 1 > coveredSeq) throw new JournalHoleError({ missingFrom: cursor + 1, resumesAt: seq, lastSeq: Journal.lastSeq(store.journal) }, args.dataDir);
+      process.stderr.write(`export: records ${cursor + 1} to ${seq - 1} are missing from this journal (a hole, which the newest snapshot covers: they are in the state, not in the journal); going on at ${seq}\n`);
+    } else if (seq > cursor + 1) {
+      // Records before the journal's first were trimmed by retention (or, on a cluster node, not
+      // copied by a join): said on stderr, as the delivery loop logs it, not skipped in silence.
+      notInJournal(cursor + 1, seq - 1, `; going on at ${seq}`);
+    }
     cursor = seq;
     if (args.workspace !== null && record.workspace !== args.workspace) continue;
     if (args.kind !== null && record.kind !== args.kind) continue;
@@ -186,6 +198,10 @@ async function run(args: ExportArgs): Promise<void> {
       }
     }
     await out.flush();
+  } catch (error) {
+    // What was printed before the error (the records before a hole) goes out whole, then the error.
+    await out.flush();
+    throw error;
   } finally {
     await store.close();
   }
