@@ -55,6 +55,26 @@ test('--follow prints the journal, then each new record once it is durable, unti
   assert.equal(f.stderr(), '');
 });
 
+test('--follow with no server on the directory prints every stored record, past the durable marker a kill -9 left behind', async () => {
+  const server = await startServer();
+  servers.push(server);
+  assert.equal((await server.post('/product', { id: 'acked', name: 'n' })).status, 200);
+  await server.kill();
+  // What a kill -9 leaves: a record stored after the last durable marker the server wrote.
+  const store = openStore(server.dataDir);
+  const last = Journal.lastSeq(store.journal);
+  const workspace = (exportLines(server.dataDir, 'products')[0] as { workspace: string }).workspace;
+  await store.journal.put(last + 1, [{ kind: 'product_upsert', workspace, at: Date.now(), data: { id: 'past-marker', name: 'n' } } satisfies JournalRecord]);
+  await store.close();
+  const f = follow(server.dataDir, ['--kind', 'product_upsert']);
+  followers.push(f);
+  // Before 2026-11-29 it printed 'acked' and waited at the marker until a server started.
+  await until('the record past the marker', async () => f.lines.some((l) => l.data?.id === 'past-marker'), 5_000);
+  assert.deepEqual(f.lines.map((l) => l.data.id), ['acked', 'past-marker']);
+  f.child.kill('SIGTERM');
+  assert.equal(await f.exited, 0);
+});
+
 test('--follow composes with --since, --workspace and --kind, and stops on SIGINT', async () => {
   const server = await startServer();
   servers.push(server);

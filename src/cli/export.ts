@@ -150,8 +150,14 @@ async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promis
   let cursor = args.since;
   while (!stopping) {
     store.root.resetReadTxn();
+    const stored = Journal.lastSeq(store.journal);
     // A data directory from before the durable position existed: all it holds is durable.
-    const durable = store.meta.get(DURABLE_SEQ_KEY) ?? Journal.lastSeq(store.journal);
+    const marked = store.meta.get(DURABLE_SEQ_KEY) ?? stored;
+    // With no server on the directory, everything stored, as a plain `export events` prints: a
+    // server killed with -9 left its marker behind its last writes, and --follow waited at it
+    // until a server started again. Asked after the read above: a server that started since
+    // holds the directory now, and then only its marker counts.
+    const durable = marked < stored && !(await dataDirInUse(args.dataDir)) ? stored : marked;
     if (durable > cursor) cursor = await printEvents(store, args, out, cursor, durable, () => stopping);
     await out.flush();
     if (stopping) break;
