@@ -57,6 +57,22 @@ describe('NATS sink', () => {
     }
   });
 
+  test('a record over the stream\'s own max_msg_size (under the server\'s max_payload) stops delivery there with an error naming the record and the limit', async () => {
+    // Before 2026-11-29 it went out mid-batch: JetStream refused it, the rest failed their chain
+    // check, and the log said only "wrong last sequence" while delivery waited at it for good.
+    const target = await natsHarness.target(undefined, { maxMsgBytes: 1024 });
+    targets.push(target);
+    const server = await start({ ...target.env, DELIVERY_RETRY_MAX_MS: '100' });
+    assert.equal((await server.post('/product', { id: 'small', name: 'fits' })).status, 200);
+    assert.equal((await server.post('/product', { id: 'big', name: 'x', description: 'd'.repeat(1500) })).status, 200);
+    assert.equal((await server.post('/product', { id: 'after', name: 'waits its turn' })).status, 200);
+    const line = await server.waitForLog((l) => l.includes('sink down') && l.includes('max_msg_size'), 10_000);
+    assert.match(line, /record 2 is \d+ bytes; stream \S+ takes messages up to 1024 bytes/);
+    assert.match(line, /"level":50/, 'an error: the operator must change the stream');
+    assert.deepEqual((await target.read()).records.map((r) => r.seq), [1], 'nothing after the record that does not fit');
+    assert.equal(await metric(server, 'intake_sink_up', { sink: 'nats' }), 0);
+  });
+
   test('a message someone else published on the stream is stepped over: every record still once, in order', async () => {
     const target = await natsHarness.target();
     targets.push(target);

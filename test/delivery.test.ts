@@ -189,6 +189,31 @@ function sinkSuite(harness: SinkHarness): void {
     }
   });
 
+  test('the sink server stopped while there is nothing to deliver: reported down then (intake_sink_up 0, one "down" line), not at the next record; back when it is', async () => {
+    // Before 2026-11-29 an idle loop only re-read the journal: after 10 s of NATS down the metric
+    // still said up, and nothing was logged until a write came (found by a review).
+    const own = await harness.startOwnServer();
+    try {
+      const target = await newTarget(own);
+      const server = await start({ env: { ...target.env, DELIVERY_RETRY_MAX_MS: '200' } });
+      const { did } = await launch(server);
+      assert.equal((await server.post('/msv_cevt', { did, name: 'before', timestamp: T0 })).status, 200);
+      await until('delivered', async () => (await metric(server, 'intake_sink_lag_records', { sink: harness.name })) === 0);
+      assert.equal(await metric(server, 'intake_sink_up', { sink: harness.name }), 1);
+      await own.stop();
+      await until('reported down with nothing written since', async () => (await metric(server, 'intake_sink_up', { sink: harness.name })) === 0, 5_000);
+      const about = (msg: string) => server.logs().filter((line) => line.includes(`"sink":"${harness.name}"`) && line.includes(msg));
+      assert.equal(about('sink down').length, 1, 'one "down" line');
+      await own.start();
+      await until('reported up again', async () => (await metric(server, 'intake_sink_up', { sink: harness.name })) === 1, 10_000);
+      assert.equal(about('sink back').length, 1, 'one "back" line');
+      assert.equal((await server.post('/msv_cevt', { did, name: 'after', timestamp: T0 })).status, 200);
+      await assertSinkEqualsJournal(server, target);
+    } finally {
+      await own.stop();
+    }
+  });
+
   test('the sink server killed twice under a stream of concurrent writes: every record once, in order', async () => {
     const own = await harness.startOwnServer();
     try {

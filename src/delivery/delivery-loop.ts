@@ -128,6 +128,9 @@ export class DeliveryLoop {
         if (!this.opened) await this.open();
         let batch = this.read();
         if (batch.length === 0) {
+          // Idle: a connection that closed meanwhile is a sink down now (intake_sink_up 0, the
+          // log), not at the next record (found by a review: 10 s of NATS down went unseen).
+          if (!this.sink.connected()) throw new Error('the connection to the sink was lost while there was nothing to deliver');
           this.markUp(); // reachable, and nothing to deliver
           await this.savePosition();
           if (this.durable.value > this.position) await this.skipTrimmed();

@@ -87,7 +87,10 @@ export class NatsSink implements Sink {
   /** The stream's creation time (its identity) and the stream sequence of the last confirmed record. */
   private created = '';
   private confirmedStreamSeq = 0;
+  /** The largest message (payload and headers) this stream takes: see open(). */
   private maxPayloadBytes = 0;
+  private serverMaxPayloadBytes = 0;
+  private streamMaxMsgBytes: number | null = null;
   /** After a failure, the first batch is one record with its own ack: its error is the real one. */
   private probe = true;
   /**
@@ -123,7 +126,13 @@ export class NatsSink implements Sink {
     this.streamLastSeq = info.state.last_seq;
     this.created = info.created;
     this.confirmedStreamSeq = found.streamSeq;
-    this.maxPayloadBytes = nc.info?.max_payload ?? 1024 * 1024;
+    // The smaller of the server's max_payload and the stream's own max_msg_size (-1: none): a
+    // record over the stream's limit went out in a batch, JetStream refused it, the rest of the
+    // batch failed its chain check, and delivery waited at it for good with only "wrong last
+    // sequence" in the log (found by a review).
+    this.serverMaxPayloadBytes = nc.info?.max_payload ?? 1024 * 1024;
+    this.streamMaxMsgBytes = info.config.max_msg_size !== undefined && info.config.max_msg_size > 0 ? info.config.max_msg_size : null;
+    this.maxPayloadBytes = Math.min(this.serverMaxPayloadBytes, this.streamMaxMsgBytes ?? Infinity);
     this.js = jetstream(nc, { timeout: ACK_TIMEOUT_MS });
     return { seq: found.seq, how: found.how, matches: found.matches, marker: { created: info.created, streamSeq: found.streamSeq } };
   }
@@ -210,7 +219,11 @@ export class NatsSink implements Sink {
       const payload = encoder.encode(record.line);
       if (payload.length + HEADER_ALLOWANCE_BYTES > this.maxPayloadBytes) {
         if (i === 0) {
-          throw new UndeliverableRecordError(`record ${record.seq} is ${payload.length} bytes; the NATS server's max_payload is ${this.maxPayloadBytes} (raise max_payload in its configuration)`);
+          throw new UndeliverableRecordError(
+            this.streamMaxMsgBytes !== null && this.streamMaxMsgBytes < this.serverMaxPayloadBytes
+              ? `record ${record.seq} is ${payload.length} bytes; stream ${this.stream} takes messages up to ${this.streamMaxMsgBytes} bytes (max_msg_size, headers included: raise it, or remove it)`
+              : `record ${record.seq} is ${payload.length} bytes; the NATS server's max_payload is ${this.maxPayloadBytes} (raise max_payload in its configuration)`,
+          );
         }
         break; // delivered up to here; the big one starts the next batch and fails there
       }
@@ -254,6 +267,10 @@ export class NatsSink implements Sink {
 
   private marker(): NatsMarker {
     return { created: this.created, streamSeq: this.confirmedStreamSeq };
+  }
+
+  connected(): boolean {
+    return this.nc !== null && !this.nc.isClosed();
   }
 
   async close(): Promise<void> {

@@ -101,6 +101,8 @@ export class PostgresSink implements Sink {
   private readonly positions: string;
   private readonly schema: string | null;
   private client: pg.Client | null = null;
+  /** The connection open() made ended or failed since (connected()). */
+  private lost = false;
   private backend: Backend | null = null;
   /** The table's oid when open() read its position: a batch is stored only in that table. */
   private tableOid: string | null = null;
@@ -124,6 +126,13 @@ export class PostgresSink implements Sink {
     const epoch = this.epoch;
     const client = newClient(this.url, { queryTimeoutMs: QUERY_TIMEOUT_MS, applicationName: APPLICATION_NAME });
     this.client = client; // close() ends it, also while it connects
+    this.lost = false;
+    // Lost between batches (the server restarted or ended the backend): connected() says so.
+    const lost = (): void => {
+      if (this.client === client) this.lost = true;
+    };
+    client.on('error', lost);
+    client.on('end', lost);
     await client.connect();
     const me = await client.query<{ pid: number; start: string }>('SELECT pid, backend_start::text AS start FROM pg_stat_activity WHERE pid = pg_backend_pid()');
     if (epoch !== this.epoch) throw new Error('closed while opening');
@@ -273,6 +282,10 @@ export class PostgresSink implements Sink {
     if (inserted + held !== batch.length) throw new Error(`table ${this.table}: stored ${inserted + held} of records ${first.seq}..${last.seq}`);
     if (epoch !== this.epoch) throw new Error('connection closed');
     return { records: batch.length, marker: null };
+  }
+
+  connected(): boolean {
+    return this.client !== null && !this.lost;
   }
 
   async close(): Promise<void> {

@@ -81,6 +81,12 @@ export interface Sink {
    */
   deliver(batch: readonly OutgoingRecord[]): Promise<Delivered>;
   /**
+   * False once the connection open() made is known to be gone (the server closed it, or it
+   * failed). Asked while there is nothing to deliver, so that a sink that went down while idle
+   * is reported down (and reopened) then, not at the next record.
+   */
+  connected(): boolean;
+  /**
    * Drops the connection and whatever it had not sent. Never rejects. A call still running on
    * the dropped connection (one the loop gave up on) must not change what the next open() sets up.
    */

@@ -45,6 +45,8 @@ export interface TargetOptions {
   duplicateWindowMs?: number;
   /** NATS: create the stream beforehand as a WorkQueue (a message goes once acknowledged). */
   removes?: boolean;
+  /** NATS: create the stream beforehand with this max_msg_size (its own limit, under the server's max_payload). */
+  maxMsgBytes?: number;
 }
 
 export interface SinkHarness {
@@ -95,13 +97,14 @@ export const natsHarness: SinkHarness = {
     const id = unique();
     const stream = `T_${id}`;
     const prefix = `t${id}`;
-    if (options.duplicateWindowMs !== undefined || options.removes === true) {
+    if (options.duplicateWindowMs !== undefined || options.removes === true || options.maxMsgBytes !== undefined) {
       const nc = await connect({ servers: url, reconnect: false });
       await (await jetstreamManager(nc)).streams.add({
         name: stream,
         subjects: [`${prefix}.>`],
         ...(options.duplicateWindowMs === undefined ? {} : { duplicate_window: options.duplicateWindowMs * 1_000_000 }),
         ...(options.removes === true ? { retention: RetentionPolicy.Workqueue } : {}),
+        ...(options.maxMsgBytes === undefined ? {} : { max_msg_size: options.maxMsgBytes }),
       });
       await nc.close();
     }
