@@ -4,6 +4,7 @@
 // SIGTERM/SIGINT stop gracefully; SIGUSR2 takes a snapshot now.
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { isIPv6 } from 'node:net';
 import { Intake } from './actors/intake.ts';
 import { ClusterNode, DivergedError, type ClusterMetrics } from './cluster/cluster-node.ts';
 import { NodeState } from './cluster/node-state.ts';
@@ -394,7 +395,9 @@ async function main(): Promise<void> {
   closeServer = () => server.close();
   if (node !== null) {
     const host = settings.host === '0.0.0.0' || settings.host === '::' ? hostname() : settings.host;
-    const address = settings.clusterAdvertiseUrl !== '' ? settings.clusterAdvertiseUrl : `http://${host}:${server.port}`;
+    // An IPv6 literal in brackets: `http://::1:8080` is no URL, and followers forwarding to it
+    // waited out their timeout for every write (found by a review).
+    const address = settings.clusterAdvertiseUrl !== '' ? settings.clusterAdvertiseUrl : `http://${isIPv6(host) ? `[${host}]` : host}:${server.port}`;
     node.elect(settings.nodeName !== '' ? settings.nodeName : `${hostname()}:${server.port}`, address);
   }
 

@@ -361,3 +361,17 @@ test('writes held while the leader was away go to it in frames its limit takes, 
   await sameState(a, b);
   await proxy.close();
 });
+
+test('nodes listening on an IPv6 address advertise it in brackets: a write sent to the follower is forwarded and lands', async () => {
+  // `http://::1:<port>` (no brackets) is no URL: every write sent to a follower waited out the
+  // forward timeout, then 503 (found by a review).
+  const c = cluster({ HOST: '::1' });
+  const a = await c.add();
+  assert.equal(await c.leader(), a);
+  const b = await c.add();
+  await until('b follows a', async () => (await b.status()).role === 'follower' && (await b.request('/readyz', undefined, { key: null })).status === 200);
+  const res = await b.post('/product', { id: 'over-ipv6', name: 'n' });
+  assert.equal(res.status, 200, res.text);
+  await sameState(a, b);
+  assert.ok(exportLines(a.dataDir, 'products').some((p: { id: string }) => p.id === 'over-ipv6'), 'applied by the leader');
+});

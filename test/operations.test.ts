@@ -235,6 +235,10 @@ describe('settings', () => {
       assert.match(res.stderr, /^intake: /);
     }
     assert.equal(run([], { PORT: '99999' }).status, 2);
+    // An IPv6 address without brackets is no URL (followers forwarding to it waited out their timeout).
+    const unbracketed = run([], { CLUSTER_ADVERTISE_URL: 'http://::1:8080' });
+    assert.equal(unbracketed.status, 2, unbracketed.stderr);
+    assert.match(unbracketed.stderr, /CLUSTER_ADVERTISE_URL: "http:\/\/::1:8080" is not valid \(.*IPv6 address in brackets\)/);
     // A body is parsed from one string: no limit may allow one longer than V8 can make (a body
     // over it ended the process, uncaught, on any thread).
     for (const name of ['BATCH_BODY_LIMIT_BYTES', 'MAPPING_BODY_LIMIT_BYTES']) {
@@ -287,7 +291,12 @@ describe('one server per data directory and per port', () => {
       const samePort = run({ DATA_DIR: tempDataDir(), PORT: String(first.port) });
       assert.equal(samePort.status, 2, samePort.stderr);
       assert.equal(samePort.stderr, `intake: cannot listen on 127.0.0.1:${first.port}: the port is in use by another intake process on this machine\n`);
-      // Another program on the port (or an intake under another HOST spelling).
+      // An intake under another spelling of the host takes the same lock: named after HOST too,
+      // 0.0.0.0 and 127.0.0.1 took two, and two such servers started together both listened.
+      const otherHost = run({ DATA_DIR: tempDataDir(), PORT: String(first.port), HOST: '0.0.0.0' });
+      assert.equal(otherHost.status, 2, otherHost.stderr);
+      assert.equal(otherHost.stderr, `intake: cannot listen on 0.0.0.0:${first.port}: the port is in use by another intake process on this machine\n`);
+      // Another program on the port.
       const other = createNetServer();
       await new Promise<void>((resolve) => other.listen({ host: '127.0.0.1', port: 0 }, resolve));
       const otherPort = (other.address() as AddressInfo).port;
@@ -417,5 +426,29 @@ describe('CLIs on a data directory', () => {
       await server.stop();
     }
     assert.equal(runCli('journal', ['repair'], server.dataDir).status, 0, 'once it stopped');
+  });
+});
+
+describe('metrics', () => {
+  test('two scrapes within the event-loop sample period: the second repeats the delay figures, not min 9.2e9 s, max 0, mean NaN', async () => {
+    // prom-client resets its histogram at each scrape, and samples every 100 ms here: a second
+    // scraper (an HA pair of Prometheus servers) found it empty (found by a review).
+    const server = await startServer();
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const figures = async () => {
+        const text = (await server.request('/metrics', undefined, { key: null })).text;
+        const value = (name: string) => Number(/^(\S+) (\S+)$/m.exec(text.split('\n').find((line) => line.startsWith(`nodejs_eventloop_lag_${name}_seconds `)) ?? '')?.[2]);
+        return { min: value('min'), max: value('max'), mean: value('mean'), p99: value('p99') };
+      };
+      const first = await figures();
+      const second = await figures();
+      for (const [scrape, f] of [['first', first], ['second', second]] as const) {
+        assert.ok(Number.isFinite(f.mean) && f.mean > 0 && f.mean < 5, `${scrape} scrape: mean ${f.mean}`);
+        assert.ok(f.min > 0 && f.min <= f.max && f.max < 5, `${scrape} scrape: min ${f.min}, max ${f.max}`);
+      }
+    } finally {
+      await server.stop();
+    }
   });
 });

@@ -20,14 +20,17 @@ export function checkPortFree(host: string, port: number): Promise<void> {
 }
 
 /**
- * Holds HOST:PORT for this process from now on (config/machine-lock.ts): the probe above passes for a second intake started while
+ * Holds PORT for this process from now on (config/machine-lock.ts): the probe above passes for a second intake started while
  * the first is still recovering (it listens only after), and both then listened; this one does
- * not. Port 0 is never shared.
+ * not. The lock is the port's alone, whatever HOST: named after HOST too, `127.0.0.1` and
+ * `0.0.0.0` (or `localhost`) took two locks, and two intakes started together both listened on
+ * one port through SO_REUSEPORT, loopback clients meeting one and the others the other (found
+ * by a review). Port 0 is never shared.
  */
 export async function lockPort(host: string, port: number): Promise<void> {
   if (port === 0) return;
   try {
-    await holdMachineLock(`port\n${host}\n${port}`);
+    await holdMachineLock(`port\n${port}`);
   } catch (error) {
     const e = error as NodeJS.ErrnoException;
     const why = e.code === 'EADDRINUSE' ? 'the port is in use by another intake process on this machine' : e.message;

@@ -60,6 +60,46 @@ export interface StateCounts {
   collections(): number;
 }
 
+/** prom-client's event-loop delay histogram figures, all set by the collect of `nodejs_eventloop_lag_seconds`. */
+const LAG_FIGURES = ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99'].map((figure) => `nodejs_eventloop_lag_${figure}_seconds`);
+
+/**
+ * prom-client resets its event-loop histogram at every scrape. A scrape within
+ * EVENT_LOOP_SAMPLE_MS of the one before (two Prometheus servers of an HA pair, a curl by hand)
+ * found no sample and reported min 9.2e9 s, max 0 and mean NaN (found by a review); such a
+ * scrape now repeats the figures of the last scrape that had samples.
+ */
+function repeatLagOverEmptyWindows(registry: client.Registry): void {
+  const lag = registry.getSingleMetric('nodejs_eventloop_lag_seconds') as unknown as { collect?: (this: unknown) => unknown } | undefined;
+  const figures = LAG_FIGURES.map((name) => registry.getSingleMetric(name) as client.Gauge | undefined);
+  const original = lag?.collect;
+  if (lag === undefined || original === undefined || figures.some((gauge) => gauge === undefined)) return;
+  const gauges = figures as client.Gauge[];
+  let last: number[] | null = null;
+  // Synchronous: the registry reads every gauge right after this collect returns (its gets run
+  // together), so the figures are caught as prom-client sets them and set once, decided here.
+  lag.collect = function collect(this: unknown): unknown {
+    const caught: number[] = gauges.map(() => Number.NaN);
+    const sets = gauges.map((gauge) => gauge.set);
+    gauges.forEach((gauge, i) => {
+      gauge.set = ((labelsOrValue: unknown, value?: number) => {
+        caught[i] = typeof labelsOrValue === 'number' ? labelsOrValue : (value ?? Number.NaN);
+      }) as client.Gauge['set'];
+    });
+    let result: unknown;
+    try {
+      result = original.call(this);
+    } finally {
+      gauges.forEach((gauge, i) => (gauge.set = sets[i]!));
+    }
+    // The mean of no sample is NaN: nothing was measured since the last scrape.
+    if (!Number.isNaN(caught[2]!)) last = caught;
+    const values = last ?? caught;
+    gauges.forEach((gauge, i) => gauge.set(values[i]!));
+    return result;
+  };
+}
+
 export class Metrics {
   readonly registry = new client.Registry();
   private readonly routes: RouteMetrics[] = [];
@@ -92,7 +132,10 @@ export class Metrics {
     // server 100 times a second (18 ms of CPU a second on this VM, where a wakeup costs ~12 µs,
     // against 2 for the bare uWS + LMDB yardstick). At 100 ms a sustained lag still shows, a
     // single stall shorter than 100 ms may not.
-    if (counts !== null) client.collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+    if (counts !== null) {
+      client.collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+      repeatLagOverEmptyWindows(this.registry);
+    }
     const routes = this.routes;
     scraped(this.registry, 'intake_requests_total', 'HTTP requests by route and status', 'counter', () => {
       const samples: Sample[] = [];

@@ -3,7 +3,7 @@
 // Nothing of ours is mocked.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, isIPv6 } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -107,7 +107,9 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       reject(new Error(`server exited (${code}) before listening; stderr: ${stderr}`));
     });
   });
-  const url = `http://127.0.0.1:${port}`;
+  // An IPv6 HOST (not the wildcard ::) listens there only.
+  const host = env.HOST ?? '127.0.0.1';
+  const url = isIPv6(host) && host !== '::' ? `http://[${host}]:${port}` : `http://127.0.0.1:${port}`;
 
   const request = async <T>(path: string, body?: unknown, opts: RequestOptions = {}): Promise<Response<T>> => {
     const headers: Record<string, string> = { ...(opts.headers ?? {}) };
