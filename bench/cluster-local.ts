@@ -11,7 +11,8 @@
 // prints, kept in data/cluster-local/<cluster>.key (mode 600) for later runs.
 // Other settings (CLUSTER_LEASE_MS, LOG_LEVEL...) pass through from the environment.
 // Enter prints the cluster's status; `r` + Enter restarts the nodes that are not running (after
-// a kill -9, say). Ctrl-C (SIGINT) or SIGTERM stops HAProxy, then every node gracefully.
+// a kill -9, say). Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGQUIT stops HAProxy, then every node
+// gracefully. Node directories of a cluster since removed from PostgreSQL start empty.
 //
 // It lives in bench/ beside the benches because it is the same kind of tool (a tsx script that
 // starts intake as `npm start` does, on loopback, with bench/lib's helpers, which bench:cluster
@@ -21,6 +22,8 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { closeClient, connectClient } from '../src/cluster/pg-client.ts';
+import { readClusterIdentity } from '../src/cluster/schema.ts';
 import { LocalClusterNode, waitForLeader, type ClusterStatus } from './lib/cluster-nodes.ts';
 import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
 import { ROOT } from './lib/servers.ts';
@@ -57,6 +60,23 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
+/** Whose nodes data/cluster-local holds: the cluster's URL and name, and its identity (head.cluster_id) once it started. */
+interface Owner {
+  postgres: string;
+  cluster: string;
+  clusterId?: string;
+}
+
+/** The cluster's identity in PostgreSQL (readClusterIdentity), or null when it has none. */
+async function clusterIdentity(url: string, cluster: string): Promise<string | null> {
+  const client = await connectClient(url, { queryTimeoutMs: 10_000, applicationName: 'intake-cluster-local' });
+  try {
+    return await readClusterIdentity(client, cluster);
+  } finally {
+    await closeClient(client);
+  }
+}
+
 async function main(): Promise<void> {
   const [nodesText, postgresUrl, nameArg] = process.argv.slice(2);
   const count = Number(nodesText);
@@ -76,16 +96,25 @@ async function main(): Promise<void> {
   const base = join(ROOT, 'data', 'cluster-local');
   const logs = join(base, 'logs');
   mkdirSync(logs, { recursive: true });
-  const owner = JSON.stringify({ postgres: safeUrl(postgresUrl), cluster });
+  const owner: Owner = { postgres: safeUrl(postgresUrl), cluster };
   const ownerFile = join(base, 'cluster.json');
-  const previous = existsSync(ownerFile) ? readFileSync(ownerFile, 'utf8') : null;
+  const previous = existsSync(ownerFile) ? (JSON.parse(readFileSync(ownerFile, 'utf8')) as Owner) : null;
   const nodeNames = Array.from({ length: count }, (_, i) => `node${i + 1}`);
-  if (previous !== null && previous !== owner) {
-    say(`data/cluster-local held another cluster's nodes (${previous}): starting them from empty data directories`);
+  const forgetNodes = (why: string): void => {
+    say(`${why}: starting the nodes from empty data directories`);
     for (const entry of ['node1', 'node2', 'node3', 'node4', 'node5', 'node6', 'node7', 'node8', 'node9']) rmSync(join(base, entry), { recursive: true, force: true });
     rmSync(join(base, `${cluster}.key`), { force: true });
+  };
+  if (previous !== null && (previous.postgres !== owner.postgres || previous.cluster !== owner.cluster)) {
+    forgetNodes(`data/cluster-local held another cluster's nodes (${previous.cluster} on ${previous.postgres})`);
+  } else if (previous !== null) {
+    // The same name, but the cluster those nodes joined may be gone: its rows deleted (the
+    // README's clean-up), maybe made again since. Its nodes would refuse their directories
+    // ("not a copy of cluster ..."; found by a review), and its key no longer exists.
+    const identity = await clusterIdentity(postgresUrl, cluster);
+    if (identity === null || (previous.clusterId !== undefined && previous.clusterId !== identity)) forgetNodes(`cluster "${cluster}" is not the one data/cluster-local's nodes belonged to (its rows were removed)`);
   }
-  writeFileSync(ownerFile, owner);
+  writeFileSync(ownerFile, JSON.stringify(owner));
 
   const keyFile = join(base, `${cluster}.key`);
   let key: string | null = process.env.SERVICE_KEYS ?? null;
@@ -111,9 +140,11 @@ async function main(): Promise<void> {
     );
   }
   let stopping = false;
+  /** Set once every node listens: before, a node that exits fails the start (below). */
+  let started = false;
   for (const node of nodes) {
     node.onUnexpectedExit = (code, signal) => {
-      if (!stopping) say(`! ${node.name} (pid exited: ${signal ?? `code ${code}`}); the others go on. Type r + Enter to restart it. Log: ${node.logFile}`);
+      if (!stopping && started) say(`! ${node.name} (pid exited: ${signal ?? `code ${code}`}); the others go on. Type r + Enter to restart it. Log: ${node.logFile}`);
     };
   }
 
@@ -141,8 +172,9 @@ async function main(): Promise<void> {
     say(`stopped. Data: ${base} (the cluster "${cluster}" keeps its journal in PostgreSQL)`);
     process.exit(exitCode);
   };
-  process.on('SIGINT', () => void stopAll('SIGINT'));
-  process.on('SIGTERM', () => void stopAll('SIGTERM'));
+  // SIGHUP (the terminal closed) and SIGQUIT too: the nodes and haproxy run detached, in
+  // sessions of their own, and outlived a cluster:local ended by them (found by a review).
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => void stopAll(signal));
 
   say(`starting ${count} node(s) of cluster "${cluster}" on ${safeUrl(postgresUrl)}...`);
   let leader: LocalClusterNode;
@@ -159,9 +191,14 @@ async function main(): Promise<void> {
       true,
     );
   } catch (error) {
+    // A signal during the start: its stop is under way (it made the start fail); not a second signal.
+    if (stopping) return;
     process.stderr.write(`cluster:local: ${error instanceof Error ? error.message : String(error)}\n`);
     return stopAll('failed to start', 1);
   }
+  started = true;
+  const identity = await clusterIdentity(postgresUrl, cluster).catch(() => null);
+  if (identity !== null) writeFileSync(ownerFile, JSON.stringify({ ...owner, clusterId: identity }));
 
   const keyText =
     key !== null

@@ -325,6 +325,7 @@ async function main(): Promise<void> {
     leaderLink = new LeaderLink({
       origin: `${settings.nodeName !== '' ? settings.nodeName : hostname()}/${process.pid}.${randomBytes(6).toString('hex')}`,
       target: () => clusterNode.forwardTarget(),
+      noTargetReason: () => clusterNode.noLeaderReason(),
       local: executor,
       forwardTimeoutMs: settings.clusterForwardTimeoutMs > 0 ? settings.clusterForwardTimeoutMs : settings.clusterLeaseMs + 3_000,
       readyWithinMs: settings.clusterLeaseMs + 2_000,

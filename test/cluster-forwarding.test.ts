@@ -375,3 +375,18 @@ test('nodes listening on an IPv6 address advertise it in brackets: a write sent 
   await sameState(a, b);
   assert.ok(exportLines(a.dataDir, 'products').some((p: { id: string }) => p.id === 'over-ipv6'), 'applied by the leader');
 });
+
+test('a node started with the NODE_NAME of the live leader says so: an error in its log, and /readyz names the clash (it said only "no leader is known")', async () => {
+  const c = cluster();
+  const a = await c.add({ nodeName: 'twin' });
+  assert.equal(await c.leader(), a);
+  const b = await c.add({ nodeName: 'twin' });
+  const line = await b.waitForLog((l) => l.includes('under this node\'s name (twin)'), 10_000);
+  assert.match(line, /"level":50/);
+  assert.match(line, /another node uses this NODE_NAME/);
+  await until('/readyz names the clash', async () => {
+    const ready = await b.request('/readyz', undefined, { key: null });
+    return ready.status === 503 && ready.text.includes('own name (twin)') && ready.text.includes('give every node its own NODE_NAME');
+  });
+  assert.equal((await c.leader()).port, a.port, 'the first one still leads');
+});

@@ -119,6 +119,24 @@ describe('keys in cluster mode', () => {
     assert.equal(keys(c, 'revoke', 'ABCDEFGH2').status, 0);
   });
 
+  test('keys CLI for a cluster with no node yet (a name no node uses, a typo\'s say): the key is made, and stderr says no node of that name has started; silent for a running cluster', async () => {
+    // It made the key and said nothing (exit 0): a key no node would ever accept (a review).
+    const c = cluster();
+    const early = keys(c, 'create', 'ws1');
+    assert.equal(early.status, 0, early.stderr);
+    assert.match(early.stdout, /^[A-Za-z0-9]{40}\n$/);
+    assert.match(early.stderr, new RegExp(`^keys: cluster "${c.name}" has no node yet \\(no row in intake_cluster\\.head of this database\\): the key works for nodes started with this CLUSTER_NAME`));
+    assert.match(keys(c, 'list').stderr, /has no node yet .*no node reads these keys/);
+    // Made before the first node, as for a data directory: the node takes it.
+    const node = await c.add();
+    await c.leader();
+    assert.equal(await accepts(node, early.stdout.trim()), true, 'the key made early works');
+    const later = keys(c, 'create', 'ws2');
+    assert.equal(later.status, 0, later.stderr);
+    assert.equal(later.stderr, '', 'nothing to say once a node of the cluster started');
+    assert.equal(keys(c, 'list').stderr, '');
+  });
+
   test('first start of a cluster with no key anywhere: of three nodes started at once exactly one creates and prints the key, which every node takes', async () => {
     const c = cluster();
     const nodes = await Promise.all([1, 2, 3].map(() => c.add({ serviceKeys: null })));

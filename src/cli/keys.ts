@@ -4,6 +4,8 @@
 // and every node picks the change up; otherwise they are in DATA_DIR's LMDB.
 import { checkWorkspaceName, createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
 import { PgKeys } from '../cluster/pg-keys.ts';
+import { closeClient, connectClient } from '../cluster/pg-client.ts';
+import { readClusterIdentity } from '../cluster/schema.ts';
 import { SETTINGS } from '../config/settings.ts';
 import { openStore, readClusterId, storeExists, type Store } from '../journal/store.ts';
 import { requireStore } from './data-dir-check.ts';
@@ -19,6 +21,16 @@ const USAGE = `usage: npm run keys -- <command>
 `;
 
 class UsageError extends Error {}
+
+/** Whether the cluster has no head row (no node of it ever started) in the database at `url`. */
+async function clusterHasNoNode(url: string, cluster: string): Promise<boolean> {
+  const client = await connectClient(url, { queryTimeoutMs: 10_000, applicationName: 'intake-keys-cli' });
+  try {
+    return (await readClusterIdentity(client, cluster)) === null;
+  } finally {
+    await closeClient(client);
+  }
+}
 
 /**
  * Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. A flag
@@ -86,8 +98,16 @@ async function run(argv: string[]): Promise<number> {
   let store: Store | null = null;
   let existed = true;
   let source: KeySource;
-  if (clusterUrl !== '') source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
-  else {
+  /** Cluster mode: a note for stderr when the cluster named has no node yet (a typo's name, say). */
+  let noCluster: string | null = null;
+  if (clusterUrl !== '') {
+    source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
+    // Keys may be made before a cluster's first node starts, as for a data directory; but a key
+    // made under a name no node uses is never accepted, and this said nothing (a review).
+    if (command !== 'revoke' && (await clusterHasNoNode(clusterUrl, clusterName))) {
+      noCluster = `keys: cluster "${clusterName}" has no node yet (no row in intake_cluster.head of this database): ${command === 'create' ? 'the key works for nodes started with this CLUSTER_NAME and CLUSTER_POSTGRES_URL' : 'no node reads these keys'}; check the name if you meant a running cluster\n`;
+    }
+  } else {
     // Only `create` may start a data directory (keys made before the server's first start);
     // it says so, since a key made in the wrong directory is never accepted.
     // A file there that is not LMDB's is refused for `create` too (it crashed lmdb-js: a review).
@@ -112,6 +132,7 @@ async function run(argv: string[]): Promise<number> {
       case 'create': {
         if (arg === undefined) throw new KeyError('create needs a workspace name');
         process.stdout.write(`${await createKey(source, arg)}\n`);
+        if (noCluster !== null) process.stderr.write(noCluster);
         if (!existed) process.stderr.write(`keys: ${dataDir} held no intake data: created it; the key works for a server started with this DATA_DIR\n`);
         return 0;
       }
@@ -125,6 +146,7 @@ async function run(argv: string[]): Promise<number> {
         const header = ['WORKSPACE', 'PREFIX', 'CREATED', 'REVOKED'];
         const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c]!.length)));
         for (const r of [header, ...rows]) process.stdout.write(`${r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()}\n`);
+        if (noCluster !== null) process.stderr.write(noCluster);
         return 0;
       }
       case 'revoke': {

@@ -243,6 +243,12 @@ export class ClusterNode {
   private listener: pg.Client | null = null;
   private name = '';
   private address = '';
+  /**
+   * The address of a live leader that holds the lease under this node's own name (null: none):
+   * another node started with the same NODE_NAME, or this node's previous run until its lease
+   * runs out. Such a leader cannot be told apart from this node, so it is no forward target.
+   */
+  private nameClashAddress: string | null = null;
   private roleNow: Role = 'follower';
   /**
    * Every seq up to this one was trimmed from the cluster's journal by a leader: every sink had
@@ -391,6 +397,12 @@ export class ClusterNode {
     if (this.accepting) return 'self';
     if (this.roleNow !== 'follower') return null;
     return this.leaderTarget;
+  }
+
+  /** Why no leader can be forwarded to beyond "none is known", or null: the leader uses this node's name (noteLeader). */
+  noLeaderReason(): string | null {
+    if (this.nameClashAddress === null || this.roleNow !== 'follower') return null;
+    return `the leader holds the lease under this node's own name (${this.name}) at ${this.nameClashAddress}: give every node its own NODE_NAME`;
   }
 
   /** The secret followers must send with forwarded writes, while this node leads; else null. */
@@ -973,6 +985,14 @@ export class ClusterNode {
 
   /** A follower's view of the live leader, for forwarding; the same object while the lease row says the same. */
   private noteLeader(state: LeaseState): void {
+    // The same name at another address: said once per clash, and by /readyz and each refused
+    // write while it lasts. Before, such a node stayed unready ("no leader is known") and
+    // refused every write with no word of why (found by a review).
+    const clash = state.live && state.node === this.name && state.address !== null && state.address !== this.address && this.roleNow === 'follower' ? state.address : null;
+    if (clash !== null && clash !== this.nameClashAddress) {
+      this.log.error({ node: this.name, leaderAddress: clash, ownAddress: this.address }, `the cluster's leader holds the lease under this node's name (${this.name}) at ${clash}: another node uses this NODE_NAME (names must be unique in a cluster), or this node's previous run, until its lease runs out`);
+    }
+    this.nameClashAddress = clash;
     const t = this.leaderTarget;
     if (!state.live || state.node === null || state.node === this.name || state.address === null || state.secret === null) this.leaderTarget = null;
     else if (t === null || t.name !== state.node || t.url !== state.address || t.secret !== state.secret || t.epoch !== state.epoch) {

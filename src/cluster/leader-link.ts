@@ -91,6 +91,8 @@ export interface LeaderLinkOptions {
   /** Runs commands here when this node leads (the CommandExecutor). */
   local: CommandSink;
   forwardTimeoutMs: number;
+  /** Why `target()` is null when there is more to say than "no leader is known" (ClusterNode.noLeaderReason). */
+  noTargetReason?: () => string | null;
   /**
    * /readyz is 200 while a leader answered within this long (at least MIN_READY_WITHIN_MS). A
    * leader that died is replaced a lease after its last renewal: main.ts gives CLUSTER_LEASE_MS
@@ -275,7 +277,7 @@ export class LeaderLink implements CommandSink {
     if (target === 'self') return this.runHere();
     if (this.posts >= this.limits.maxPostsInFlight) return;
     if (target === null) {
-      this.failing('no leader is known');
+      this.failing(this.noTarget());
       return this.retryLater();
     }
     if (this.blocked !== null && sameTarget(this.blocked.target, target) && now < this.blocked.untilMs) return this.retryLater();
@@ -510,6 +512,10 @@ export class LeaderLink implements CommandSink {
     this.blocked = { target, untilMs: performance.now() + RETRY_MS };
   }
 
+  private noTarget(): string {
+    return this.options.noTargetReason?.() ?? 'no leader is known';
+  }
+
   private ok(): void {
     this.lastOkMs = performance.now();
     this.blocked = null;
@@ -542,7 +548,7 @@ export class LeaderLink implements CommandSink {
     this.giveUpOnReplaced(target);
     if (this.probing) return;
     if (target === 'self') return this.ok();
-    if (target === null) return this.failing('no leader is known');
+    if (target === null) return this.failing(this.noTarget());
     if (performance.now() - this.lastOkMs < PROBE_IDLE_MS && this.failingSinceMs === null) return;
     if (this.posts > 0) return; // a forward under way tells as much
     this.probing = true;

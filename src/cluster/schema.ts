@@ -176,6 +176,21 @@ export async function clusterIdentity(client: pg.Client, cluster: string): Promi
   return rows[0]?.cluster_id ?? null;
 }
 
+/**
+ * The cluster's identity as it stands, changing nothing: null when the cluster has no head row
+ * (no node of it ever started, its rows were removed, or the name is not the one meant), or when
+ * the database has no cluster schema at all. For tools (`npm run keys`, `cluster:local`).
+ */
+export async function readClusterIdentity(client: pg.Client, cluster: string): Promise<string | null> {
+  try {
+    const { rows } = await client.query<{ cluster_id: string | null }>(`SELECT cluster_id FROM ${SCHEMA}.head WHERE cluster = $1`, [cluster]);
+    return rows.length === 0 ? null : (rows[0]!.cluster_id ?? '');
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '42P01') return null; // undefined_table: no cluster in this database
+    throw error;
+  }
+}
+
 /** The LISTEN/NOTIFY channel of a cluster: commits and lease releases wake its followers. */
 export function channelOf(cluster: string): string {
   return `intake_cluster.${cluster}`;
