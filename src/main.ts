@@ -382,6 +382,7 @@ async function main(): Promise<void> {
       workspaces,
       link: node !== null && node.role !== 'leader' ? followerLink : null,
       routes,
+      requestMetrics: (name) => metrics.route(name),
       metricsText: async () => ({ text: await metrics.registry.metrics(), contentType: metrics.registry.contentType }),
       log,
       openApiJson,

@@ -430,6 +430,28 @@ describe('CLIs on a data directory', () => {
 });
 
 describe('metrics', () => {
+  for (const threads of ['1', '2']) {
+    test(`intake_requests_total counts the read-only endpoints, and 404s and 405s as route "unmatched" (only writes counted before); HTTP_THREADS=${threads}`, async () => {
+      const server = await startServer({ env: { HTTP_THREADS: threads } });
+      try {
+        for (const path of ['/healthz', '/healthz', '/readyz', '/openapi.json', '/no-such-path', '/cluster']) await server.request(path, undefined, { key: null });
+        assert.equal((await server.request('/healthz', undefined, { key: null, method: 'POST' })).status, 405);
+        await server.request('/metrics', undefined, { key: null });
+        const text = (await server.request('/metrics', undefined, { key: null })).text;
+        const count = (route: string, status: number) => Number(new RegExp(`^intake_requests_total\\{route="${route}",status="${status}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+        assert.equal(count('healthz', 200), 2, text);
+        assert.equal(count('readyz', 200), 1);
+        assert.equal(count('openapi', 200), 1);
+        assert.equal(count('cluster', 404), 1, 'not in cluster mode');
+        assert.equal(count('unmatched', 404), 1);
+        assert.equal(count('unmatched', 405), 1);
+        assert.equal(count('metrics', 200), 1, 'the scrape before this one');
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+
   test('two scrapes within the event-loop sample period: the second repeats the delay figures, not min 9.2e9 s, max 0, mean NaN', async () => {
     // prom-client resets its histogram at each scrape, and samples every 100 ms here: a second
     // scraper (an HA pair of Prometheus servers) found it empty (found by a review).

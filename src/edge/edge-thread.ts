@@ -101,6 +101,7 @@ async function run(): Promise<void> {
       workspaces: null,
       link,
       routes,
+      requestMetrics: (name) => metrics.route(name),
       metricsText: () => ask('metrics'),
       log,
       openApiJson: start.openApiJson,

@@ -7,6 +7,7 @@ import type { Workspaces } from '../actors/workspace.ts';
 import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
+import type { RouteMetrics } from '../telemetry/metrics.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { BodyBuffer, declaredBytes } from './body-buffer.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
@@ -38,6 +39,11 @@ export interface ServerDependencies {
   gate: WriteGate;
   /** Cluster mode: what GET /cluster answers, as JSON text (null on a single node: 404). */
   clusterStatus: (() => Promise<string>) | null;
+  /**
+   * The counts (intake_requests_total) of a route that is no write route: the read-only
+   * endpoints by name, and `unmatched` for a 404 or 405. Absent: not counted.
+   */
+  requestMetrics?: (route: string) => RouteMetrics;
   /**
    * Cluster mode: the leader's internal endpoint for followers' forwarded writes
    * (cluster/forward-protocol.ts). Absent on a single node: the path is then 404.
@@ -166,15 +172,30 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
   }
 
   const idOf = (req: HttpRequest): string => requestIdFor(req.getHeader(H_REQUEST_ID));
-  app.get('/healthz', (res, req) => send(res, idOf(req), OK, '{"status":"ok"}'));
+  // Counted as the write routes are (CONTRACT §8: requests by route and status), 404s and 405s
+  // under `unmatched` (a bounded label, whatever the path): before 2026-11-29 only writes counted.
+  const counts = (name: string): RouteMetrics | null => deps.requestMetrics?.(name) ?? null;
+  const healthzCount = counts('healthz');
+  const readyzCount = counts('readyz');
+  const metricsCount = counts('metrics');
+  const openApiCount = counts('openapi');
+  const clusterCount = counts('cluster');
+  const unmatchedCount = counts('unmatched');
+  app.get('/healthz', (res, req) => {
+    send(res, idOf(req), OK, '{"status":"ok"}');
+    healthzCount?.observe(200, performance.now());
+  });
   app.get('/readyz', (res, req) => {
+    const startedAt = performance.now();
     const notReady = stopping ? SHUTTING_DOWN : deps.gate.notReady();
     if (notReady !== null) sendError(res, idOf(req), ERRORS.serviceUnavailable, notReady);
     else send(res, idOf(req), OK, '{"status":"ready"}');
+    readyzCount?.observe(notReady !== null ? ERRORS.serviceUnavailable.status : 200, startedAt);
   });
   // Answers that come later (from the state thread, or a prom-client collect): written unless the
   // client went away meanwhile.
-  const later = (res: HttpResponse, requestId: string, what: string, produce: () => Promise<{ text: string; contentType?: string }>): void => {
+  const later = (res: HttpResponse, requestId: string, what: string, count: RouteMetrics | null, produce: () => Promise<{ text: string; contentType?: string }>): void => {
+    const startedAt = performance.now();
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
@@ -182,10 +203,12 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
     produce().then(
       ({ text, contentType }) => {
         if (!aborted) send(res, requestId, OK, text, contentType === undefined ? undefined : { contentType });
+        count?.observe(200, startedAt);
       },
       (error: unknown) => {
         log.error({ err: error, reqId: requestId }, `${what} failed`);
         if (!aborted) sendError(res, requestId, ERRORS.internal);
+        count?.observe(ERRORS.internal.status, startedAt);
       },
     );
   };
@@ -265,19 +288,29 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
   }
   const clusterStatus = deps.clusterStatus;
   app.get('/cluster', (res, req) => {
-    if (clusterStatus === null) sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
-    else later(res, idOf(req), 'cluster status', async () => ({ text: await clusterStatus() }));
+    if (clusterStatus !== null) return later(res, idOf(req), 'cluster status', clusterCount, async () => ({ text: await clusterStatus() }));
+    sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
+    clusterCount?.observe(ERRORS.notFound.status, performance.now());
   });
-  app.get('/openapi.json', (res, req) => send(res, idOf(req), OK, deps.openApiJson));
-  app.get('/metrics', (res, req) => later(res, idOf(req), 'metrics', deps.metricsText));
+  app.get('/openapi.json', (res, req) => {
+    send(res, idOf(req), OK, deps.openApiJson);
+    openApiCount?.observe(200, performance.now());
+  });
+  app.get('/metrics', (res, req) => later(res, idOf(req), 'metrics', metricsCount, deps.metricsText));
   for (const path of GET_PATHS) allowed.set(path, ['GET']);
 
   // A known path with another method: 405 with Allow. uWS prefers a method's own handler to any().
   for (const [pattern, methods] of allowed) {
     const allow = methods.join(', ');
-    app.any(pattern, (res, req) => sendError(res, idOf(req), ERRORS.methodNotAllowed, undefined, { header: ['allow', allow] }));
+    app.any(pattern, (res, req) => {
+      sendError(res, idOf(req), ERRORS.methodNotAllowed, undefined, { header: ['allow', allow] });
+      unmatchedCount?.observe(ERRORS.methodNotAllowed.status, performance.now());
+    });
   }
-  app.any('/*', (res, req) => sendError(res, idOf(req), ERRORS.notFound));
+  app.any('/*', (res, req) => {
+    sendError(res, idOf(req), ERRORS.notFound);
+    unmatchedCount?.observe(ERRORS.notFound.status, performance.now());
+  });
 
   return new Promise((resolve, reject) => {
     app.listen(settings.host, settings.port, (socket: us_listen_socket | false) => {
