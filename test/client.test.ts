@@ -190,6 +190,24 @@ describe('intake/client', () => {
     await dropped.close();
   });
 
+  test('retries go on until retryDeadlineMs, whatever the backoff: a long random wait is cut to half of what is left, not given up on', async () => {
+    // Before, a batch gave up as soon as its next random wait would end past the deadline: with
+    // waits of up to 100 s, at the first failure (a walkthrough: 0.6 to 2.7 s of a 3 s deadline).
+    const probe = await startFaultProxy(server.url);
+    const closedUrl = probe.url;
+    await probe.close();
+    const attempts: number[] = [];
+    const c = createClient({ url: closedUrl, serviceKey: KEY_A, flushIntervalMs: 10, retryBaseDelayMs: 100_000, retryMaxDelayMs: 100_000, retryDeadlineMs: 2_000, onRetry: (info) => attempts.push(info.attempt) });
+    const started = performance.now();
+    const error = rejection(await outcome(c.upsertProduct({ id: 'patient', name: 'n' })));
+    const tookMs = performance.now() - started;
+    assert.ok(error instanceof IntakeUnavailableError, String(error));
+    assert.equal(error.mayHaveBeenApplied, false, 'refused connections: not applied');
+    assert.ok(tookMs >= 1_800 && tookMs < 2_600, `gave up at the deadline, not before (${tookMs.toFixed(0)} ms)`);
+    assert.ok(attempts.length >= 3, `retried until then: ${attempts.length} retries`);
+    await c.close();
+  });
+
   test('a full queue refuses new writes with QueueFullError (items and bytes); the queued ones still land', async () => {
     const proxy = await proxyTo(server);
     const c = client(proxy.url, { flushIntervalMs: 60_000, maxQueueItems: 5 });
