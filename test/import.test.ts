@@ -4,7 +4,7 @@
 // exit status is 1; memberships map to the mapping endpoints.
 import { execFileSync, spawn } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,11 +28,13 @@ interface Run {
   stderr: string;
 }
 
-function runImport(args: string[], url: string, onStart?: (kill: (signal?: NodeJS.Signals) => void) => void): Promise<Run> {
+function runImport(args: string[], url: string, onStart?: (kill: (signal?: NodeJS.Signals) => void) => void, stdinFile?: string): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...scriptCommand('import'), ...args, '--url', url, '--key', KEY_A], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    const stdin = stdinFile === undefined ? 'ignore' : openSync(stdinFile, 'r');
+    const child = spawn(process.execPath, [...scriptCommand('import'), ...args, '--url', url, '--key', KEY_A], { cwd: ROOT, stdio: [stdin, 'ignore', 'pipe'] });
+    if (typeof stdin === 'number') closeSync(stdin);
     let stderr = '';
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.on('error', reject);
     child.on('close', (code, signal) => resolve({ code, signal, stderr }));
     onStart?.((signal = 'SIGKILL') => child.kill(signal));
@@ -98,6 +100,15 @@ describe('npm run import', () => {
     assert.equal(run.code, 2, run.stderr);
     assert.match(run.stderr, /is not a regular file/);
     assert.equal(upserts('product_upsert').length, before, 'nothing sent');
+  });
+
+  test('a regular file given as /dev/stdin (`< file`) is imported, and its failed lines go beside the file, not into /dev', async () => {
+    const file = writeNdjson('via-stdin.ndjson', [JSON.stringify({ id: 'via-stdin-1', name: 'n' }), 'not JSON']);
+    const run = await runImport(['products', '/dev/stdin'], server.url, undefined, file);
+    assert.equal(run.code, 1, run.stderr);
+    assert.match(run.stderr, /1 ok, 1 failed/);
+    assert.equal(readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').length, 1, 'beside the file');
+    assert.ok(!existsSync('/dev/stdin.failed.ndjson'), 'nothing written into /dev');
   });
 
   test('collections and memberships: lines map to POST /collection and the mapping endpoints; exit 0 when all succeed', async () => {
@@ -271,6 +282,12 @@ describe('npm run import', () => {
     assert.ok(quit, run.stderr);
     const unanswered = Number(quit[1]!.replaceAll(',', ''));
     assert.ok(unanswered >= 1_000, run.stderr);
+    // "done" is ok + failed + blank, the unanswered lines (now in the failed file) included.
+    const counts = /([\d,]+) of [\d,]+ line\(s\) done .*: ([\d,]+) ok, ([\d,]+) failed/.exec(run.stderr);
+    assert.ok(counts, run.stderr);
+    const [done, ok, failedCount] = counts.slice(1, 4).map((x) => Number(x!.replaceAll(',', '')));
+    assert.equal(done, ok! + failedCount!, `the summary adds up: ${counts[0]}`);
+    assert.equal(failedCount, 1 + unanswered);
     const entries = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { line: number; error: string; mayHaveBeenApplied?: boolean; item: unknown });
     assert.equal(entries.length, 1 + unanswered);
     assert.equal(entries[0]!.line, 1, 'the line that failed before the quit');

@@ -4,6 +4,7 @@
 // <file>.failed.ndjson and why. Every line's Idempotency-Key is derived from the file and the
 // line (import-lines.ts), so running it again after a crash or Ctrl-C applies nothing twice.
 import { closeSync, createReadStream, openSync, realpathSync, rmSync, statSync, writeSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { createClient, describeError, IntakeError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
@@ -174,7 +175,9 @@ async function run(args: Args): Promise<number> {
   if (!statSync(args.file).isFile()) throw new Error(`${args.file} is not a regular file: import reads it twice (to count its lines, then to send them) and names each line's Idempotency-Key after its path; save the lines to a file first`);
   const fileIdentity = realpathSync(args.file);
   const totalLines = await countLines(args.file);
-  const failed = new FailedLines(`${args.file}.failed.ndjson`);
+  // Beside the file the lines come from: a regular file given as /dev/stdin (`< file`) put its
+  // failed lines in /dev (a walkthrough, as root); a path under /dev or /proc names the real one.
+  const failed = new FailedLines(`${/^\/(dev|proc)\//.test(resolve(args.file)) ? fileIdentity : args.file}.failed.ndjson`);
   // An earlier run's failures are not this run's: a run that fails nothing leaves no such file.
   rmSync(failed.path, { force: true });
   const client: IntakeClient = createClient({
@@ -219,6 +222,9 @@ async function run(args: Args): Promise<number> {
   const quitNow = (): never => {
     const quit = new QuitBeforeAnswer();
     for (const [n, line] of unanswered) failed.write(n, line, quit);
+    // Counted as done, as the failed file now holds them: "done" is ok + failed + blank (the
+    // summary said "45,000 of 50,000 done: 45,000 ok, 2,000 failed"; a walkthrough).
+    done += unanswered.size;
     failed.close();
     progress.finish(`${summary()}; quit with ${fmt(unanswered.size)} line(s) unanswered (may or may not have been applied): run the same command again to send the rest (lines already applied are not applied twice)`);
     process.exit(signalStatus);
