@@ -190,9 +190,23 @@ export class Journal {
   private writeMarker(): void {
     if (this.marker === null || this.durable <= this.markerSeq) return;
     this.markerSeq = this.durable;
-    // A lost marker only delays followers; the journal's own commits report real failures.
-    this.marker.put(DURABLE_SEQ_KEY, this.durable).catch(() => undefined);
+    this.marker.put(DURABLE_SEQ_KEY, this.durable).catch(this.markerFailed);
   }
+
+  /**
+   * The marker's commit failed (alone: the idle marker; with a batch, that batch fails too). The
+   * journal fails as for a batch: after a failed fsync the kernel may drop the pages it could
+   * not write and mark them clean, so a later fsync that succeeds proves nothing about them
+   * (PostgreSQL's "fsyncgate"), and the next commits reuse pages the failed one wrote (the main
+   * database's, the free list's). Ignored before 2026-11-29: writes went on being answered 200
+   * after an EIO on the idle marker's fsync (found by a review).
+   */
+  private readonly markerFailed = (error: unknown): void => {
+    // lmdb-js also rejects a shared commitError promise (see settle()).
+    const commitError = (error as { commitError?: unknown } | null)?.commitError;
+    if (commitError instanceof Promise) commitError.catch(() => undefined);
+    this.fail(error instanceof Error ? error : new Error(String(error)));
+  };
 
   private writeIdleMarker(): void {
     this.markerTimer = null;

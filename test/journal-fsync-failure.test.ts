@@ -1,0 +1,65 @@
+// A failed fsync, for real: an LD_PRELOAD shim (compiled here from C) makes the next fsync or
+// fdatasync of the server return EIO once a flag file appears, then removes the flag. Here it
+// hits the commit of the journal's idle durable marker, which carries no journal batch. After a
+// failed fsync the kernel may drop the pages it could not write and mark them clean (PostgreSQL's
+// "fsyncgate"), and the next commits reuse pages that commit wrote: the journal must fail as
+// for a batch (503, /readyz 503). Before 2026-11-29 the marker's failure was ignored and later
+// writes were answered 200 (found by a review). Skipped where no C compiler is installed.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, startServer, T0 } from './helpers/server.ts';
+
+const SHIM = `
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+static int failNow(void) {
+  const char *flag = getenv("INTAKE_TEST_EIO_FLAG");
+  return flag != NULL && unlink(flag) == 0;
+}
+int fsync(int fd) {
+  static int (*real)(int) = NULL;
+  if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+  if (failNow()) { errno = EIO; return -1; }
+  return real(fd);
+}
+int fdatasync(int fd) {
+  static int (*real)(int) = NULL;
+  if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+  if (failNow()) { errno = EIO; return -1; }
+  return real(fd);
+}
+`;
+
+test('an fsync that fails (EIO) on the commit of the idle durable marker fails the journal: the next write gets 503, /readyz 503', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'intake-eio-'));
+  writeFileSync(join(dir, 'shim.c'), SHIM);
+  const built = spawnSync('cc', ['-shared', '-fPIC', '-O1', '-o', join(dir, 'shim.so'), join(dir, 'shim.c'), '-ldl'], { encoding: 'utf8' });
+  if (built.error !== undefined || built.status !== 0) {
+    t.skip(`no C compiler here: ${built.error?.message ?? built.stderr}`);
+    return;
+  }
+  const flag = join(dir, 'fail-next-sync');
+  const server = await startServer({ env: { LD_PRELOAD: join(dir, 'shim.so'), INTAKE_TEST_EIO_FLAG: flag } });
+  try {
+    const { did } = await launch(server);
+    assert.equal((await server.post('/msv_cevt', { did, name: 'before', timestamp: T0 })).status, 200);
+    // The idle marker is committed 20 ms after the last batch: its fsync is the next one.
+    writeFileSync(flag, '');
+    for (let i = 0; i < 100 && existsSync(flag); i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.ok(!existsSync(flag), 'an fsync met the flag (the marker\'s commit)');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const after = await server.post('/msv_cevt', { did, name: 'after', timestamp: T0 });
+    assert.equal(after.status, 503, `a write after the failed fsync is refused: ${after.status} ${after.text}`);
+    assert.equal((await server.request('/readyz', undefined, { key: null })).status, 503);
+    assert.ok(server.logs().some((line) => line.includes('journal commit failed')), 'logged as a journal failure');
+  } finally {
+    await server.kill();
+  }
+});
