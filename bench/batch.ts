@@ -107,6 +107,7 @@ async function phase(name: string, send: (server: RunningServer, prefix: string,
     const pid = server.child.pid!;
     const cpuBefore = cpuSeconds(pid);
     const senderBefore = process.cpuUsage();
+    track.measureFromNow();
     const started = performance.now();
     const non200 = await send(server, 'p', items);
     const wallSec = (performance.now() - started) / 1000;

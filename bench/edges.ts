@@ -59,7 +59,7 @@ function saturated(server: RunningServer, scenario: Scenario, did: (i: number) =
   const state0 = threadCpuSeconds(pid, pid);
   const run = runWrk(`${server.url}${path}`, body, { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' }, SATURATION_CONNECTIONS, SATURATION_SECONDS);
   const n = Math.max(1, run.requests);
-  return { requests: run.requests, rps: run.requestsPerSec, p99: run.p99Ms, non2xx: run.non2xx, cpuUs: ((cpuSeconds(pid) - cpu0) / n) * 1e6, stateUs: ((threadCpuSeconds(pid, pid) - state0) / n) * 1e6 };
+  return { requests: run.requests, rps: run.requestsPerSec, p99: run.p99Ms, non2xx: run.non2xx + run.errors, cpuUs: ((cpuSeconds(pid) - cpu0) / n) * 1e6, stateUs: ((threadCpuSeconds(pid, pid) - state0) / n) * 1e6 };
 }
 
 const verdict = (met: boolean) => (met ? 'met' : '**missed**');

@@ -1,5 +1,6 @@
-// autocannon, programmatic, with its progress display on stderr.
+// autocannon, programmatic, with its progress display on stderr; a fixed rate goes through paced.ts.
 import autocannon from 'autocannon';
+import { pacedLoad } from './paced.ts';
 
 export interface LoadResult {
   requestsPerSec: number;
@@ -108,10 +109,18 @@ export interface PooledRun {
 }
 
 /**
- * POSTs `request(i)` (path and body, pooled) at `rate`/s (null: as fast as it goes) for `secs`
- * from `connections` connections.
+ * POSTs `request(i)` (path and body, pooled) at `rate`/s, steadily (paced.ts), or as fast as it
+ * goes with autocannon (`rate` null), for `secs` from `connections` connections.
  */
 export function pooledLoad(url: string, key: string, request: (i: number) => { path: string; body: string }, connections: number, rate: number | null, secs: number, title: string): Promise<PooledRun> {
+  if (rate !== null) {
+    // A steady rate (paced.ts): autocannon's overallRate sends each second's quota in a burst.
+    process.stderr.write(`${title}: ${rate}/s for ${secs} s, paced\n`);
+    return pacedLoad({ url, headers: { 'x-service-key': key, 'content-type': 'application/json' }, connections, ratePerSec: rate, seconds: secs, request: (i) => {
+      const { path, body } = request(i);
+      return { path, body: Buffer.from(body) };
+    } }).then((r) => ({ requests: r.requests, rps: r.rps, unexpected: r.requests - (r.statuses.get(200) ?? 0) + r.errors, p50: r.p50, p99: r.p99 }));
+  }
   const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
     const { path, body } = request(i);
     return { path, body: Buffer.from(body) };

@@ -11,3 +11,9 @@ export function median(values: readonly number[]): number {
 export function upperMedian(values: readonly number[]): number {
   return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 }
+
+/** The p-th percentile (nearest rank) of values sorted ascending; NaN when there are none. */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
