@@ -190,7 +190,7 @@ describe('intake/client', () => {
     await dropped.close();
   });
 
-  test('retries go on until retryDeadlineMs, whatever the backoff: a long random wait is cut to half of what is left, not given up on', async () => {
+  test('retries go on until retryDeadlineMs, whatever the backoff: a random wait past it becomes one last attempt just before it, not a give-up at once', async () => {
     // Before, a batch gave up as soon as its next random wait would end past the deadline: with
     // waits of up to 100 s, at the first failure (a walkthrough: 0.6 to 2.7 s of a 3 s deadline).
     const probe = await startFaultProxy(server.url);
@@ -203,8 +203,10 @@ describe('intake/client', () => {
     const tookMs = performance.now() - started;
     assert.ok(error instanceof IntakeUnavailableError, String(error));
     assert.equal(error.mayHaveBeenApplied, false, 'refused connections: not applied');
-    assert.ok(tookMs >= 1_800 && tookMs < 2_600, `gave up at the deadline, not before (${tookMs.toFixed(0)} ms)`);
-    assert.ok(attempts.length >= 3, `retried until then: ${attempts.length} retries`);
+    // At 90 to 100% of the deadline; the upper bound only catches a wait far past it.
+    assert.ok(tookMs >= 1_700 && tookMs < 3_500, `gave up at the deadline, not before (${tookMs.toFixed(0)} ms)`);
+    // One (two when the first random wait happened to fit): not a burst of them.
+    assert.ok(attempts.length >= 1 && attempts.length <= 3, `one last attempt, not a burst of them: ${attempts.length} retries`);
     await c.close();
   });
 

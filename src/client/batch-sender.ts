@@ -205,6 +205,8 @@ async function sendGroup(
   let current = start;
   let attempts = 0;
   let retries = 0;
+  /** The attempt made at the end of the deadline instead of a wait past it has been made. */
+  let lastAttempt = false;
   /**
    * The last HTTP status the server answered, kept across attempts: when the attempt the deadline
    * cut short (its timeout is what was left) was the last, the user still learns that the server
@@ -328,15 +330,19 @@ async function sendGroup(
     if (retryStatus !== null) lastStatus = retryStatus;
     lastError = retryError;
     retries++;
-    // A computed backoff is cut to half of what is left of the deadline, so that attempts go on
-    // until it (each with at least half of what was left): a batch gave up as soon as its next
-    // random wait would end past the deadline, as much as retryMaxDelayMs early (a walkthrough:
-    // 0.6 to 2.7 s of a 3 s deadline used). A server's Retry-After is not cut: asked to wait past
-    // the deadline, the batch gives up now.
+    // A computed wait that would end past the deadline becomes one last attempt shortly before
+    // it (at 90 to 100% of what is left), after which the batch gives up: it gave up at once, as
+    // much as retryMaxDelayMs early (a walkthrough: 0.6 to 2.7 s of a 3 s deadline used). Not
+    // waits cut to half of what is left each time: those shrank to a burst of attempts at the
+    // deadline (a review). A server's Retry-After is not cut: asked to wait past the deadline,
+    // the batch gives up now.
     const leftMs = deadlineAtMs() - performance.now() - MIN_ATTEMPT_MS;
     let delayMs = retryDelayMs(retries, retryAfterMs, options);
     const serverAsked = retryAfterMs !== null && retryAfterMs > 0;
-    if (!serverAsked) delayMs = Math.min(delayMs, Math.floor(Math.max(0, leftMs) / 2));
+    if (!serverAsked && delayMs > leftMs && !lastAttempt && leftMs >= 0) {
+      lastAttempt = true;
+      delayMs = Math.floor(leftMs * (0.9 + 0.1 * Math.random()));
+    }
     if (leftMs < 0 || delayMs > leftMs) return giveUp();
     // The caller's callback (a logger, say) must not turn a retry into a failure of its own.
     try {
