@@ -111,7 +111,8 @@ test('a frame in flight waits for its latest deadline: a command near its end ge
   const [a, b] = await Promise.all([old, fresh]);
   assert.equal(a.answer.status, 503, `the old command gets its 503: ${a.answer.body}`);
   assert.match(a.answer.body, /may or may not have been applied/);
-  assert.ok(a.atMs >= 1_990 && a.atMs < 2_250, `at its own deadline (2,000 ms), not at the POST's end: ${a.atMs.toFixed(0)} ms`);
+  // The upper bound leaves room for a late timer on a loaded machine; the POST count below is what tells the old code apart.
+  assert.ok(a.atMs >= 1_990 && a.atMs < 2_500, `at its own deadline (2,000 ms): ${a.atMs.toFixed(0)} ms`);
   assert.deepEqual([b.answer.status, b.answer.body], [200, '{"success":true}'], 'the fresh one: the leader\'s answer');
   assert.equal(posts, 1, 'one POST: the frame was not cut short by the old command\'s deadline');
 });

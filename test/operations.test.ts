@@ -290,12 +290,12 @@ describe('one server per data directory and per port', () => {
       // uWS listens with SO_REUSEPORT: a second server on a port in use listened beside the first, and the kernel split the connections.
       const samePort = run({ DATA_DIR: tempDataDir(), PORT: String(first.port) });
       assert.equal(samePort.status, 2, samePort.stderr);
-      assert.equal(samePort.stderr, `intake: cannot listen on 127.0.0.1:${first.port}: the port is in use by another intake process on this machine\n`);
+      assert.equal(samePort.stderr, `intake: cannot listen on 127.0.0.1:${first.port}: another intake process on this machine uses port ${first.port} (one intake per port, whatever its HOST)\n`);
       // An intake under another spelling of the host takes the same lock: named after HOST too,
       // 0.0.0.0 and 127.0.0.1 took two, and two such servers started together both listened.
       const otherHost = run({ DATA_DIR: tempDataDir(), PORT: String(first.port), HOST: '0.0.0.0' });
       assert.equal(otherHost.status, 2, otherHost.stderr);
-      assert.equal(otherHost.stderr, `intake: cannot listen on 0.0.0.0:${first.port}: the port is in use by another intake process on this machine\n`);
+      assert.equal(otherHost.stderr, `intake: cannot listen on 0.0.0.0:${first.port}: another intake process on this machine uses port ${first.port} (one intake per port, whatever its HOST)\n`);
       // Another program on the port.
       const other = createNetServer();
       await new Promise<void>((resolve) => other.listen({ host: '127.0.0.1', port: 0 }, resolve));
@@ -331,7 +331,7 @@ describe('one server per data directory and per port', () => {
     try {
       assert.equal(started.length, 1, `one server listens, not ${started.length}`);
       assert.equal(refused.length, 1);
-      assert.match(refused[0]!, /server exited \(2\) before listening; stderr: intake: cannot listen on 127\.0\.0\.1:\d+: the port is in use/);
+      assert.match(refused[0]!, /server exited \(2\) before listening; stderr: intake: cannot listen on 127\.0\.0\.1:\d+: (the port is in use|another intake process on this machine uses port \d+)/);
     } finally {
       for (const server of started) await server.stop();
     }

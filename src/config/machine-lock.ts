@@ -2,7 +2,7 @@
 // (Linux) whose name says what it guards. The kernel drops it when the process ends, however it
 // ends (SIGKILL included), so a crash never leaves a stale lock, and nothing is written to disk.
 // It guards one machine (one network namespace). Used for the data directory
-// (journal/data-dir.ts) and for HOST:PORT (http/port-check.ts).
+// (journal/data-dir.ts) and for PORT, whatever the HOST (http/port-check.ts).
 import { createHash } from 'node:crypto';
 import { connect, createServer } from 'node:net';
 

@@ -33,7 +33,7 @@ export async function lockPort(host: string, port: number): Promise<void> {
     await holdMachineLock(`port\n${port}`);
   } catch (error) {
     const e = error as NodeJS.ErrnoException;
-    const why = e.code === 'EADDRINUSE' ? 'the port is in use by another intake process on this machine' : e.message;
+    const why = e.code === 'EADDRINUSE' ? `another intake process on this machine uses port ${port} (one intake per port, whatever its HOST)` : e.message;
     throw new StartupError(`cannot listen on ${host}:${port}: ${why}`);
   }
 }
