@@ -85,7 +85,8 @@ export function pacedLoad(options: PacedOptions): Promise<PacedResult> {
       for (const c of connections) c.socket.destroy();
       const elapsedSec = (performance.now() - startedAtMs) / 1000;
       const sorted = Array.from(latencies.subarray(0, answered)).sort((a, b) => a - b);
-      resolve({ requests: answered, rps: answered / Math.max(elapsedSec, 1e-3), p50: percentile(sorted, 50), p99: percentile(sorted, 99), statuses, errors: sent - answered });
+      const ms = (x: number) => Math.round(x * 10) / 10;
+      resolve({ requests: answered, rps: answered / Math.max(elapsedSec, 1e-3), p50: ms(percentile(sorted, 50)), p99: ms(percentile(sorted, 99)), statuses, errors: sent - answered });
     };
     const send = (c: Connection, dueAtMs: number): void => {
       c.dueAtMs = dueAtMs;
