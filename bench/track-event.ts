@@ -55,7 +55,7 @@ async function main(): Promise<void> {
       row('bare uWS (parse JSON, answer)', bareResult),
       row('intake (validate, actor, group-committed fsync)', intakeResult),
       '',
-      `ratio intake / bare: ${(intakeResult.requestsPerSec / bareResult.requestsPerSec).toFixed(3)}`,
+      `throughput ratio intake / bare uWS without LMDB (a quick check, not the CPU-per-request figure of npm run bench): ${(intakeResult.requestsPerSec / bareResult.requestsPerSec).toFixed(3)}`,
       '',
     ].join('\n'),
   );

@@ -6,7 +6,7 @@ import type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { ROOT, serverCommand } from './servers.ts';
+import { assertBuildCurrent, ROOT, serverCommand } from './servers.ts';
 
 export type { ClusterStatus } from '../../src/cluster/cluster-node.ts';
 
@@ -64,6 +64,7 @@ export class LocalClusterNode {
   /** Starts the process (`nodeArgs`: flags for node itself, such as --cpu-prof); resolves once it listens (after recovery and catching up with the cluster). */
   start(extraEnv: Record<string, string> = {}, nodeArgs: readonly string[] = []): Promise<void> {
     if (this.running) return Promise.resolve();
+    assertBuildCurrent();
     this.expectingExit = false;
     const child = spawn(process.execPath, [...nodeArgs, ...serverCommand()], {
       cwd: ROOT,

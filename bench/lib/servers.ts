@@ -1,6 +1,6 @@
 // Starting the servers a bench measures, each in its own process on a free loopback port.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -70,7 +70,24 @@ function waitForPort(
   });
 }
 
+let buildChecked = false;
+
+/**
+ * The benches run the compiled build (as `npm start` does): one run after a source edit without
+ * `npm run build` measured the old code without a word (a review of the benches). Refused when
+ * a file under src/ is newer than dist/src/main.js.
+ */
+export function assertBuildCurrent(): void {
+  if (buildChecked) return;
+  const builtMs = statSync(`${ROOT}dist/src/main.js`).mtimeMs;
+  for (const file of readdirSync(`${ROOT}src`, { recursive: true }) as string[]) {
+    if (statSync(join(`${ROOT}src`, file)).mtimeMs > builtMs) throw new Error(`src/${file} is newer than the build (dist/): run \`npm run build\` first`);
+  }
+  buildChecked = true;
+}
+
 async function start(name: string, script: string | undefined, env: NodeJS.ProcessEnv, dataDir: string | null): Promise<RunningServer> {
+  assertBuildCurrent();
   const child = spawn(process.execPath, serverCommand(script), {
     cwd: ROOT,
     env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: '0' },
