@@ -35,7 +35,7 @@ import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startIntake, type RunningServer } from './lib/servers.ts';
 import { freePort, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
 import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
-import { upperMedian as median } from './lib/stats.ts';
+import { alternately, upperMedian as median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 8);
 const rounds = Number(process.argv[3] ?? 3);
@@ -275,13 +275,7 @@ async function main(): Promise<void> {
       const runCluster = async () => {
         cluster.push(await clusterRound(leader, follower, pg, leaderDids, `leader @ ${ratePerSec}/s, round ${round + 1}/${rounds}`));
       };
-      if (round % 2 === 0) {
-        await runSingle();
-        await runCluster();
-      } else {
-        await runCluster();
-        await runSingle();
-      }
+      await alternately(round, runSingle, runCluster);
     }
 
     const headers = { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' };

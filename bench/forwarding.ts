@@ -27,7 +27,7 @@ import { someDevices } from './lib/populate.ts';
 import { printTable, runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT } from './lib/servers.ts';
 import { freePort, startOwnPostgres, type OwnServer } from './lib/sink-servers.ts';
-import { upperMedian as median } from './lib/stats.ts';
+import { alternately, upperMedian as median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 8);
 const rounds = Number(process.argv[3] ?? 3);
@@ -116,13 +116,7 @@ async function main(): Promise<void> {
     for (let r = 0; r < rounds; r++) {
       const runDirect = async () => direct.push(await round(leader, leader, follower, pg, dids, `to the leader @ ${ratePerSec}/s, round ${r + 1}/${rounds}`));
       const runForwarded = async () => forwarded.push(await round(follower, leader, follower, pg, dids, `through the follower @ ${ratePerSec}/s, round ${r + 1}/${rounds}`));
-      if (r % 2 === 0) {
-        await runDirect();
-        await runForwarded();
-      } else {
-        await runForwarded();
-        await runDirect();
-      }
+      await alternately(r, runDirect, runForwarded);
     }
   } finally {
     await Promise.all([leader.stop(), follower.stop()]);

@@ -32,7 +32,7 @@ import { runBench } from './lib/report.ts';
 import { BENCH_KEY, ROOT, startBareUwsLmdb, startIntake, type RunningServer } from './lib/servers.ts';
 import { runWrk, wrkInstalled, type WrkResult } from './lib/wrk.ts';
 import { edgeBench } from './edges.ts';
-import { median } from './lib/stats.ts';
+import { alternately, median } from './lib/stats.ts';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 3);
@@ -246,15 +246,9 @@ async function main(): Promise<void> {
         const runIntake = async () => {
           entry.intake.push((await load(intake, scenario, did, RATE_CONNECTIONS, ratePerSec, `intake: ${scenario.name} @ ${ratePerSec}/s`)).cpuUsPerRequest);
         };
-        // Alternating: even rounds the yardstick first, odd rounds intake first (what one run
-        // leaves behind, the page cache's writeback say, falls on both sides alike; a review).
-        if (round % 2 === 0) {
-          await runYardstick();
-          await runIntake();
-        } else {
-          await runIntake();
-          await runYardstick();
-        }
+        // Even rounds the yardstick first, odd rounds intake first (until 2026-11-29 always the
+        // yardstick first, though this said "alternating"; a review).
+        await alternately(round, runYardstick, runIntake);
       }
     }
     for (const scenario of SCENARIOS) {
@@ -269,13 +263,11 @@ async function main(): Promise<void> {
       for (let round = 0; round < SATURATION_ROUNDS; round++) {
         for (const scenario of SCENARIOS.filter((s) => s.saturated !== undefined)) {
           const entry = (saturated[scenario.name] ??= { intake: [], yardstick: [] });
-          if (round % 2 === 0) {
-            entry.yardstick.push(await wrkRun(yardstick, scenario, yardDid));
-            entry.intake.push(await wrkRun(intake, scenario, did));
-          } else {
-            entry.intake.push(await wrkRun(intake, scenario, did));
-            entry.yardstick.push(await wrkRun(yardstick, scenario, yardDid));
-          }
+          await alternately(
+            round,
+            async () => entry.yardstick.push(await wrkRun(yardstick, scenario, yardDid)),
+            async () => entry.intake.push(await wrkRun(intake, scenario, did)),
+          );
         }
       }
     }

@@ -4,7 +4,7 @@
 // leader, unkeyed ones too. Before 2026-11-29 it counted as "may have been applied" once cut off
 // (the next leader known, or its timeout), and the unkeyed writes got an ambiguous 503 (found by
 // a review). The next leader here is a plain HTTP server that answers each command 200.
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
@@ -35,11 +35,15 @@ time.sleep(120)
   return { port, close: () => child.kill('SIGKILL') };
 }
 
-test('a POST to a leader that never accepted the connection sent nothing: its unkeyed writes go to the next leader, not 503', async (t) => {
-  const hole = await blackHole();
-  t.after(() => hole.close());
+/**
+ * A leader that answers every command of each POSTed frame 200 after `delayMs`; counts the POSTs
+ * and the commands. Closed after the test.
+ */
+async function stubLeader(t: TestContext, delayMs = 0): Promise<{ url: string; posts: () => number; applied: () => number }> {
+  let posts = 0;
   let applied = 0;
-  const next = http.createServer((req, res) => {
+  const server = http.createServer((req, res) => {
+    posts++;
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -49,14 +53,24 @@ test('a POST to a leader that never accepted the connection sent nothing: its un
         applied++;
         answers.add({ id: c.id, status: 200, body: '{"success":true}', header: '', headerValue: '', close: false });
       }
-      res.end(answers.take());
+      setTimeout(() => res.end(answers.take()), delayMs);
     });
   });
-  await new Promise<void>((resolve) => next.listen(0, '127.0.0.1', resolve));
-  t.after(() => next.close());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => server.close());
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, posts: () => posts, applied: () => applied };
+}
+
+/** A forwarded track event with this Idempotency-Key ('' : none). */
+const command = (idempotencyKey: string): Command => ({ id: 1, kind: 'json', route: 'track_event', workspace: 'ws', keyHash: 'h', param: '', at: Date.now(), requestId: 'r', idempotencyKey, scope: [1, 2, 3], fingerprint: [4, 5], gzip: false, text: '{}', bytes: null });
+
+test('a POST to a leader that never accepted the connection sent nothing: its unkeyed writes go to the next leader, not 503', async (t) => {
+  const hole = await blackHole();
+  t.after(() => hole.close());
+  const next = await stubLeader(t);
   const startedAt = performance.now();
   const gone = { name: 'gone', url: `http://127.0.0.1:${hole.port}`, secret: 's5', epoch: 5 };
-  const newLeader = { name: 'new', url: `http://127.0.0.1:${(next.address() as AddressInfo).port}`, secret: 's6', epoch: 6 };
+  const newLeader = { name: 'new', url: next.url, secret: 's6', epoch: 6 };
   const link = new LeaderLink({
     origin: 'f/1',
     // The old leader for 1.5 s (a lease running out), then the new one.
@@ -67,32 +81,18 @@ test('a POST to a leader that never accepted the connection sent nothing: its un
     log: pino({ level: 'silent' }),
   });
   t.after(() => link.stop());
-  const command = (idempotencyKey: string): Command => ({ id: 1, kind: 'json', route: 'track_event', workspace: 'ws', keyHash: 'h', param: '', at: Date.now(), requestId: 'r', idempotencyKey, scope: [1, 2, 3], fingerprint: [4, 5], gzip: false, text: '{}', bytes: null });
   const answers = await Promise.all(['', 'key-1'].map((key) => new Promise<Answer>((resolve) => link.run(command(key), resolve))));
   assert.deepEqual(answers.map((a) => [a.status, a.body]), [[200, '{"success":true}'], [200, '{"success":true}']], 'both applied by the new leader: the unkeyed write too');
-  assert.equal(applied, 2);
+  assert.equal(next.applied(), 2);
 });
 
 test('a frame in flight waits for its latest deadline: a command near its end gets its 503 at its own deadline, and the fresh ones of its frame are answered by a slow leader in one POST', async (t) => {
   // Before, the POST's timeout was the frame's earliest deadline: here 300 ms left to the first
   // command, a leader answering in 600 ms, so the POST was cut off, the second command went
   // again in a second POST (a review).
-  let posts = 0;
-  const slow = http.createServer((req, res) => {
-    posts++;
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const { frame } = frameFromBytes(Buffer.concat(chunks));
-      const answers = new AnswerWriter();
-      for (const c of readCommands(frame)) answers.add({ id: c.id, status: 200, body: '{"success":true}', header: '', headerValue: '', close: false });
-      setTimeout(() => res.end(answers.take()), 600);
-    });
-  });
-  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
-  t.after(() => slow.close());
+  const slow = await stubLeader(t, 600);
   const startedAt = performance.now();
-  const leader = { name: 'slow', url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}`, secret: 's1', epoch: 1 };
+  const leader = { name: 'slow', url: slow.url, secret: 's1', epoch: 1 };
   const link = new LeaderLink({
     origin: 'f/2',
     // No leader known for 1.7 s (a takeover), then one that answers in 600 ms.
@@ -103,7 +103,6 @@ test('a frame in flight waits for its latest deadline: a command near its end ge
     log: pino({ level: 'silent' }),
   });
   t.after(() => link.stop());
-  const command = (idempotencyKey: string): Command => ({ id: 1, kind: 'json', route: 'track_event', workspace: 'ws', keyHash: 'h', param: '', at: Date.now(), requestId: 'r', idempotencyKey, scope: [1, 2, 3], fingerprint: [4, 5], gzip: false, text: '{}', bytes: null });
   const answered = (key: string) => new Promise<{ answer: Answer; atMs: number }>((resolve) => link.run(command(key), (answer) => resolve({ answer, atMs: performance.now() - startedAt })));
   const old = answered('old');
   await new Promise((resolve) => setTimeout(resolve, 1_600));
@@ -114,5 +113,5 @@ test('a frame in flight waits for its latest deadline: a command near its end ge
   // The upper bound leaves room for a late timer on a loaded machine; the POST count below is what tells the old code apart.
   assert.ok(a.atMs >= 1_990 && a.atMs < 2_500, `at its own deadline (2,000 ms): ${a.atMs.toFixed(0)} ms`);
   assert.deepEqual([b.answer.status, b.answer.body], [200, '{"success":true}'], 'the fresh one: the leader\'s answer');
-  assert.equal(posts, 1, 'one POST: the frame was not cut short by the old command\'s deadline');
+  assert.equal(slow.posts(), 1, 'one POST: the frame was not cut short by the old command\'s deadline');
 });

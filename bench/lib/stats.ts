@@ -17,3 +17,17 @@ export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
+
+/**
+ * `first` then `second` in even rounds, the other way round in odd ones: what one run leaves
+ * behind (the page cache's writeback, a warm JIT) falls on both sides alike.
+ */
+export async function alternately(round: number, first: () => Promise<unknown>, second: () => Promise<unknown>): Promise<void> {
+  if (round % 2 === 0) {
+    await first();
+    await second();
+  } else {
+    await second();
+    await first();
+  }
+}
