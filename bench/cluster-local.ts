@@ -22,8 +22,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { closeClient, connectClient } from '../src/cluster/pg-client.ts';
-import { readClusterIdentity } from '../src/cluster/schema.ts';
+import { readClusterIdentityAt } from '../src/cluster/schema.ts';
 import { LocalClusterNode, waitForLeader, type ClusterStatus } from './lib/cluster-nodes.ts';
 import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
 import { ROOT } from './lib/servers.ts';
@@ -67,16 +66,6 @@ interface Owner {
   clusterId?: string;
 }
 
-/** The cluster's identity in PostgreSQL (readClusterIdentity), or null when it has none. */
-async function clusterIdentity(url: string, cluster: string): Promise<string | null> {
-  const client = await connectClient(url, { queryTimeoutMs: 10_000, applicationName: 'intake-cluster-local' });
-  try {
-    return await readClusterIdentity(client, cluster);
-  } finally {
-    await closeClient(client);
-  }
-}
-
 async function main(): Promise<void> {
   const [nodesText, postgresUrl, nameArg] = process.argv.slice(2);
   const count = Number(nodesText);
@@ -111,7 +100,7 @@ async function main(): Promise<void> {
     // The same name, but the cluster those nodes joined may be gone: its rows deleted (the
     // README's clean-up), maybe made again since. Its nodes would refuse their directories
     // ("not a copy of cluster ..."; found by a review), and its key no longer exists.
-    const identity = await clusterIdentity(postgresUrl, cluster);
+    const identity = await readClusterIdentityAt(postgresUrl, cluster, 'intake-cluster-local');
     if (identity === null || (previous.clusterId !== undefined && previous.clusterId !== identity)) forgetNodes(`cluster "${cluster}" is not the one data/cluster-local's nodes belonged to (its rows were removed)`);
   }
   writeFileSync(ownerFile, JSON.stringify(owner));
@@ -197,7 +186,7 @@ async function main(): Promise<void> {
     return stopAll('failed to start', 1);
   }
   started = true;
-  const identity = await clusterIdentity(postgresUrl, cluster).catch(() => null);
+  const identity = await readClusterIdentityAt(postgresUrl, cluster, 'intake-cluster-local').catch(() => null);
   if (identity !== null) writeFileSync(ownerFile, JSON.stringify({ ...owner, clusterId: identity }));
 
   const keyText =

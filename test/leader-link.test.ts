@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
+import type { LeaderTarget } from '../src/cluster/cluster-node.ts';
 import { LeaderLink } from '../src/cluster/leader-link.ts';
 import { AnswerWriter, readCommands, type Answer, type Command } from '../src/handoff/frames.ts';
 import { frameFromBytes } from '../src/handoff/wire.ts';
@@ -61,6 +62,13 @@ async function stubLeader(t: TestContext, delayMs = 0): Promise<{ url: string; p
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, posts: () => posts, applied: () => applied };
 }
 
+/** A follower's link that forwards to `target()` (never leads itself), stopped after the test. */
+function followerLink(t: TestContext, origin: string, target: () => LeaderTarget | null, forwardTimeoutMs: number): LeaderLink {
+  const link = new LeaderLink({ origin, target, local: { run: () => assert.fail('this node does not lead') }, forwardTimeoutMs, keysRemembered: true, log: pino({ level: 'silent' }) });
+  t.after(() => link.stop());
+  return link;
+}
+
 /** A forwarded track event with this Idempotency-Key ('' : none). */
 const command = (idempotencyKey: string): Command => ({ id: 1, kind: 'json', route: 'track_event', workspace: 'ws', keyHash: 'h', param: '', at: Date.now(), requestId: 'r', idempotencyKey, scope: [1, 2, 3], fingerprint: [4, 5], gzip: false, text: '{}', bytes: null });
 
@@ -71,16 +79,8 @@ test('a POST to a leader that never accepted the connection sent nothing: its un
   const startedAt = performance.now();
   const gone = { name: 'gone', url: `http://127.0.0.1:${hole.port}`, secret: 's5', epoch: 5 };
   const newLeader = { name: 'new', url: next.url, secret: 's6', epoch: 6 };
-  const link = new LeaderLink({
-    origin: 'f/1',
-    // The old leader for 1.5 s (a lease running out), then the new one.
-    target: () => (performance.now() - startedAt < 1_500 ? gone : newLeader),
-    local: { run: () => assert.fail('this node does not lead') },
-    forwardTimeoutMs: 8_000,
-    keysRemembered: true,
-    log: pino({ level: 'silent' }),
-  });
-  t.after(() => link.stop());
+  // The old leader for 1.5 s (a lease running out), then the new one.
+  const link = followerLink(t, 'f/1', () => (performance.now() - startedAt < 1_500 ? gone : newLeader), 8_000);
   const answers = await Promise.all(['', 'key-1'].map((key) => new Promise<Answer>((resolve) => link.run(command(key), resolve))));
   assert.deepEqual(answers.map((a) => [a.status, a.body]), [[200, '{"success":true}'], [200, '{"success":true}']], 'both applied by the new leader: the unkeyed write too');
   assert.equal(next.applied(), 2);
@@ -93,16 +93,8 @@ test('a frame in flight waits for its latest deadline: a command near its end ge
   const slow = await stubLeader(t, 600);
   const startedAt = performance.now();
   const leader = { name: 'slow', url: slow.url, secret: 's1', epoch: 1 };
-  const link = new LeaderLink({
-    origin: 'f/2',
-    // No leader known for 1.7 s (a takeover), then one that answers in 600 ms.
-    target: () => (performance.now() - startedAt < 1_700 ? null : leader),
-    local: { run: () => assert.fail('this node does not lead') },
-    forwardTimeoutMs: 2_000,
-    keysRemembered: true,
-    log: pino({ level: 'silent' }),
-  });
-  t.after(() => link.stop());
+  // No leader known for 1.7 s (a takeover), then one that answers in 600 ms.
+  const link = followerLink(t, 'f/2', () => (performance.now() - startedAt < 1_700 ? null : leader), 2_000);
   const answered = (key: string) => new Promise<{ answer: Answer; atMs: number }>((resolve) => link.run(command(key), (answer) => resolve({ answer, atMs: performance.now() - startedAt })));
   const old = answered('old');
   await new Promise((resolve) => setTimeout(resolve, 1_600));

@@ -4,8 +4,7 @@
 // and every node picks the change up; otherwise they are in DATA_DIR's LMDB.
 import { checkWorkspaceName, createKey, KeyError, LmdbKeys, revokeKey, type KeySource } from '../auth/key-store.ts';
 import { PgKeys } from '../cluster/pg-keys.ts';
-import { closeClient, connectClient } from '../cluster/pg-client.ts';
-import { readClusterIdentity } from '../cluster/schema.ts';
+import { readClusterIdentityAt } from '../cluster/schema.ts';
 import { SETTINGS } from '../config/settings.ts';
 import { openStore, readClusterId, storeExists, type Store } from '../journal/store.ts';
 import { requireStore } from './data-dir-check.ts';
@@ -21,16 +20,6 @@ const USAGE = `usage: npm run keys -- <command>
 `;
 
 class UsageError extends Error {}
-
-/** Whether the cluster has no head row (no node of it ever started) in the database at `url`. */
-async function clusterHasNoNode(url: string, cluster: string): Promise<boolean> {
-  const client = await connectClient(url, { queryTimeoutMs: 10_000, applicationName: 'intake-keys-cli' });
-  try {
-    return (await readClusterIdentity(client, cluster)) === null;
-  } finally {
-    await closeClient(client);
-  }
-}
 
 /**
  * Removes `--flag value` or `--flag=value` from argv; returns the value, else `fallback`. A flag
@@ -104,7 +93,7 @@ async function run(argv: string[]): Promise<number> {
     source = new PgKeys(clusterUrl, clusterName, 'intake-keys-cli');
     // Keys may be made before a cluster's first node starts, as for a data directory; but a key
     // made under a name no node uses is never accepted, and this said nothing (a review).
-    if (command !== 'revoke' && (await clusterHasNoNode(clusterUrl, clusterName))) {
+    if (command !== 'revoke' && (await readClusterIdentityAt(clusterUrl, clusterName, 'intake-keys-cli')) === null) {
       noCluster = `keys: cluster "${clusterName}" has no node yet (no row in intake_cluster.head of this database): ${command === 'create' ? 'the key works for nodes started with this CLUSTER_NAME and CLUSTER_POSTGRES_URL' : 'no node reads these keys'}; check the name if you meant a running cluster\n`;
     }
   } else {

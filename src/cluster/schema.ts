@@ -4,6 +4,7 @@
 // safe against a concurrent create of the same name).
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
+import { closeClient, connectClient } from './pg-client.ts';
 
 export const SCHEMA = 'intake_cluster';
 
@@ -188,6 +189,16 @@ export async function readClusterIdentity(client: pg.Client, cluster: string): P
   } catch (error) {
     if ((error as { code?: unknown }).code === '42P01') return null; // undefined_table: no cluster in this database
     throw error;
+  }
+}
+
+/** readClusterIdentity on a connection of its own to `url`, closed after (`applicationName`: as PostgreSQL lists it). */
+export async function readClusterIdentityAt(url: string, cluster: string, applicationName: string): Promise<string | null> {
+  const client = await connectClient(url, { queryTimeoutMs: 10_000, applicationName });
+  try {
+    return await readClusterIdentity(client, cluster);
+  } finally {
+    await closeClient(client);
   }
 }
 
