@@ -54,6 +54,11 @@ const EXTRA_SCRATCH: ValidationDetail[] = [];
 /** Checks that JSON Schema cannot express; each appends details to `out`. */
 type ExtraCheck = (body: Record<string, unknown>, out: ValidationDetail[]) => void;
 
+/** A key as a JSON pointer segment (RFC 6901), as TypeBox escapes it. */
+function escapePointer(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
 interface PropertyCheck {
   key: string;
   /** The property's path prefix, escaped as TypeBox escapes it (RFC 6901). */
@@ -79,17 +84,23 @@ class ObjectErrors {
   private readonly shallowSchema: TSchema;
   private readonly properties: PropertyCheck[];
   private readonly byPointer = new Map<string, TSchema>();
+  /** additionalProperties: false. */
+  private readonly closed: boolean;
 
   constructor(schema: TSchema) {
     this.schema = schema;
     const props = schema.properties as Record<string, TSchema>;
     const required = new Set<string>((schema.required as string[] | undefined) ?? []);
     this.properties = Object.getOwnPropertyNames(props).map((key) => {
-      const pointer = `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      const pointer = `/${escapePointer(key)}`;
       this.byPointer.set(pointer, props[key]!);
       return { key, pointer, schema: props[key]!, check: TypeCompiler.Compile(props[key]!), required: required.has(key) };
     });
-    this.shallowSchema = { ...schema, properties: Object.fromEntries(Object.keys(props).map((key) => [key, Type.Unknown()])) };
+    // Unknown keys are found by errors() below, not by the shallow check: TypeBox reports every
+    // one of them (about 2 µs each: 156 ms of a held event loop for a 1 MiB body of 90,000
+    // keys), and only the first MAX_DETAILS can make an answer.
+    this.closed = schema.additionalProperties === false;
+    this.shallowSchema = { ...schema, additionalProperties: true, properties: Object.fromEntries(Object.keys(props).map((key) => [key, Type.Unknown()])) };
     this.shallow = TypeCompiler.Compile(this.shallowSchema);
   }
 
@@ -105,6 +116,15 @@ class ObjectErrors {
     }
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
     const record = body as Record<string, unknown>;
+    if (this.closed) {
+      // In the body's key order, as TypeBox reports them (the order of their details).
+      let unknown = 0;
+      for (const key of Object.getOwnPropertyNames(record)) {
+        if (this.byPointer.has(`/${escapePointer(key)}`)) continue;
+        yield { type: ValueErrorType.ObjectAdditionalProperties, schema: this.schema, path: `/${escapePointer(key)}`, value: record[key], message: '', errors: [] };
+        if (++unknown >= MAX_DETAILS) break;
+      }
+    }
     for (const p of this.properties) {
       const value = record[p.key];
       if (!p.required && value === undefined) continue;
