@@ -2,7 +2,7 @@
 // (CONTRACT.md §7). Once with a clean stop (SIGTERM), once with SIGKILL right after the last 200.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { exportLines, KEY_A, KEY_B, launch, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
+import { exportLines, KEY_A, KEY_B, launch, LAUNCH_INFO, runCli, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 
 interface Written {
   active: string;
@@ -47,13 +47,13 @@ async function writeMix(server: TestServer): Promise<Written> {
   return { active: active.did, activeSid: relaunched.sid, loggedOut: loggedOut.did, linked: linked.did, otherWorkspaceDid: other.did };
 }
 
+/** The exports as printed: their order is part of what must come back (sorted by id, README "Export"). */
 function state(dataDir: string) {
-  const sortBy = (rows: any[], key: (r: any) => string) => [...rows].sort((a, b) => key(a).localeCompare(key(b)));
   return {
-    devices: sortBy(exportLines(dataDir, 'devices'), (d) => d.workspace + d.did),
-    customers: sortBy(exportLines(dataDir, 'customers'), (c) => c.workspace + c.id),
-    products: sortBy(exportLines(dataDir, 'products'), (p) => p.workspace + p.id),
-    collections: sortBy(exportLines(dataDir, 'collections'), (c) => c.workspace + c.id),
+    devices: exportLines(dataDir, 'devices'),
+    customers: exportLines(dataDir, 'customers'),
+    products: exportLines(dataDir, 'products'),
+    collections: exportLines(dataDir, 'collections'),
     events: exportLines(dataDir, 'events'),
   };
 }
@@ -112,6 +112,36 @@ function checkState(after: ReturnType<typeof state>, expected: ReturnType<typeof
 }
 
 describe('restart on the same data directory', () => {
+  test('the state exports print the same bytes after a restart, sorted by id (workspace, then id)', async (t) => {
+    // Customers created in the reverse order of their devices, products out of id order: a
+    // snapshot (the one a stop takes) loaded customers as devices linked to them, so before
+    // 2026-11-29 `export customers` printed another order after a restart (found by a review).
+    const dataDir = tempDataDir();
+    const first = await startServer({ dataDir });
+    t.after(() => first.kill().catch(() => {}));
+    const dids: string[] = [];
+    for (let i = 0; i < 12; i++) dids.push((await launch(first)).did);
+    for (let i = dids.length - 1; i >= 0; i--) {
+      const res = await first.post('/msv_cs_id', { did: dids[i], clientCustomerId: `c${dids.length - 1 - i}`, timestamp: T0 });
+      assert.equal(res.status, 200, res.text);
+    }
+    for (const id of ['p9', 'p10', 'p1', 'a']) assert.equal((await first.post('/product', { id, name: id }, KEY_B)).status, 200);
+    assert.equal((await first.post('/product', { id: 'z', name: 'z' })).status, 200);
+    const exported = () => Object.fromEntries(['devices', 'customers', 'products', 'collections'].map((what) => [what, runCli('export', [what], dataDir).stdout]));
+    const before = exported();
+    assert.equal(await first.stop(), 0);
+    const second = await startServer({ dataDir });
+    try {
+      assert.deepEqual(exported(), before);
+      const ids = (what: string, field: string) => before[what]!.trim().split('\n').map((line: string) => { const o = JSON.parse(line); return `${o.workspace}/${o[field]}`; });
+      assert.deepEqual(ids('customers', 'id'), ['c0', 'c1', 'c10', 'c11', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9'].map((c) => `ws-a/${c}`));
+      assert.deepEqual(ids('products', 'id'), ['ws-a/z', 'ws-b/a', 'ws-b/p1', 'ws-b/p10', 'ws-b/p9']);
+      assert.deepEqual(ids('devices', 'did'), dids.map((d) => `ws-a/${d}`).sort());
+    } finally {
+      await second.stop();
+    }
+  });
+
   test('after a clean stop (SIGTERM, exit 0), every device, customer link, product, collection and membership is back', async () => {
     const dataDir = tempDataDir();
     const first = await startServer({ dataDir });

@@ -11,7 +11,7 @@ import { pino } from 'pino';
 import { applyRecord } from '../src/actors/apply.ts';
 import { Intake, type Reply } from '../src/actors/intake.ts';
 import { ProfileInterner } from '../src/actors/interner.ts';
-import { collectionViews, customerViews, deviceView, productViews } from '../src/actors/views.ts';
+import { collectionViews, customerViews, deviceViews, productViews, sortedWorkspaces } from '../src/actors/views.ts';
 import { Workspaces } from '../src/actors/workspace.ts';
 import { bodyFingerprint, IdempotencyClaim } from '../src/idempotency/claim.ts';
 import { keyHashOf, KeyTable } from '../src/idempotency/key-table.ts';
@@ -101,20 +101,20 @@ class Workload {
   }
 }
 
+/**
+ * The state exports' lines as `npm run export` prints them: their order and their bytes (until
+ * 2026-11-29 this sorted the views first, and a snapshot that loaded entities in another order
+ * than the replay's passed, while the export printed them in that other order).
+ */
 function views(workspaces: Workspaces): unknown {
-  const byKey = <T extends Record<string, unknown>>(rows: T[], key: (r: T) => string) => rows.sort((x, y) => key(x).localeCompare(key(y)));
-  const devices: Record<string, unknown>[] = [];
-  const customers: Record<string, unknown>[] = [];
-  const products: Record<string, unknown>[] = [];
-  const collections: Record<string, unknown>[] = [];
-  for (const ws of workspaces.all()) {
-    for (const d of ws.devices.values()) devices.push(deviceView(ws.name, d));
-    for (const c of customerViews(ws)) customers.push({ ...c, devices: [...(c.devices as string[])].sort() });
-    products.push(...productViews(ws.name, ws.catalog));
-    collections.push(...collectionViews(ws.name, ws.catalog));
+  const lines = { devices: [] as string[], customers: [] as string[], products: [] as string[], collections: [] as string[] };
+  for (const ws of sortedWorkspaces(workspaces)) {
+    for (const d of deviceViews(ws)) lines.devices.push(JSON.stringify(d));
+    for (const c of customerViews(ws)) lines.customers.push(JSON.stringify(c));
+    for (const p of productViews(ws.name, ws.catalog)) lines.products.push(JSON.stringify(p));
+    for (const c of collectionViews(ws.name, ws.catalog)) lines.collections.push(JSON.stringify(c));
   }
-  const key = (r: Record<string, unknown>) => `${r.workspace}/${r.did ?? r.id}`;
-  return { devices: byKey(devices, key), customers: byKey(customers, key), products: byKey(products, key), collections: byKey(collections, key) };
+  return lines;
 }
 
 function keyView(keys: KeyTable): string[] {

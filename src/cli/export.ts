@@ -5,7 +5,7 @@
 // stdout. The state exports rebuild the state the same way the server does at start, then print it.
 import { Workspaces } from '../actors/workspace.ts';
 import { ProfileInterner } from '../actors/interner.ts';
-import { collectionViews, customerViews, deviceView, productViews } from '../actors/views.ts';
+import { collectionViews, customerViews, deviceViews, productViews, sortedWorkspaces } from '../actors/views.ts';
 import { exportRecord } from '../journal/export-line.ts';
 import { DURABLE_SEQ_KEY, Journal } from '../journal/journal.ts';
 import { RECORD_KINDS, type RecordKind } from '../journal/records.ts';
@@ -195,9 +195,9 @@ async function run(args: ExportArgs): Promise<void> {
       // Beside a running server, only what it made durable, as for events (a review: a state
       // export showed writes lmdb-js had let other processes see before their fsync).
       recover(store, workspaces, new ProfileInterner(), null, args.dataDir, await durableBound(args.dataDir, store));
-      for (const ws of workspaces.all()) {
+      for (const ws of sortedWorkspaces(workspaces)) {
         if (args.workspace !== null && ws.name !== args.workspace) continue;
-        if (args.what === 'devices') for (const d of ws.devices.values()) await out.write(deviceView(ws.name, d));
+        if (args.what === 'devices') for (const d of deviceViews(ws)) await out.write(d);
         else if (args.what === 'customers') for (const c of customerViews(ws)) await out.write(c);
         else if (args.what === 'products') for (const p of productViews(ws.name, ws.catalog)) await out.write(p);
         else for (const c of collectionViews(ws.name, ws.catalog)) await out.write(c);
