@@ -2,7 +2,7 @@
 // share their strings (manufacturer, OS version, language), so devices point at one copy.
 // Both tables are bounded; when one fills it starts over, which costs only lost sharing for new
 // devices (the old copies stay alive through the devices that use them).
-import type { LaunchInfoValue } from '../schemas/endpoints.ts';
+import { LaunchInfo, type LaunchInfoValue } from '../schemas/endpoints.ts';
 
 const MAX_STRINGS = 200_000;
 const MAX_PROFILES = 100_000;
@@ -177,20 +177,38 @@ export class ProfileInterner {
     return s;
   }
 
+  /**
+   * A frozen copy with shared strings, its keys in LaunchInfo's order (any others after, in their
+   * own): devices share a profile whatever order its keys came in, so the copy kept must not
+   * keep one client's order. It did, and a device's exported profile listed its keys in the order
+   * of whichever launch the cache held, which a restart (loading the snapshot's profiles) changed
+   * (found by a review, 2026-11-29).
+   */
   private internStrings(info: LaunchInfoValue): LaunchInfoValue {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(info)) {
+    for (const [k, v] of inSchemaOrder(info as unknown as Fields, LAUNCH_KEYS)) {
       if (typeof v === 'string') out[k] = this.internString(v);
       else if (k === 'utmInfo' && v !== null && typeof v === 'object') {
         const utm: Record<string, string | null> = {};
-        for (const [uk, uv] of Object.entries(v as Record<string, string | null>)) {
-          utm[uk] = typeof uv === 'string' ? this.internString(uv) : uv;
+        for (const [uk, uv] of inSchemaOrder(v as Fields, UTM_KEYS)) {
+          utm[uk] = typeof uv === 'string' ? this.internString(uv) : (uv as string | null);
         }
         out[k] = Object.freeze(utm);
       } else out[k] = v;
     }
     return Object.freeze(out) as LaunchInfoValue;
   }
+}
+
+const LAUNCH_KEYS: readonly string[] = Object.keys(LaunchInfo.properties);
+const UTM_KEYS: readonly string[] = Object.keys(LaunchInfo.properties.utmInfo.properties);
+
+/** `fields`' entries: the keys of `order` first, in that order, then any others in their own. */
+function inSchemaOrder(fields: Fields, order: readonly string[]): Array<[string, unknown]> {
+  const entries: Array<[string, unknown]> = [];
+  for (const k of order) if (Object.hasOwn(fields, k)) entries.push([k, fields[k]]);
+  for (const k of Object.keys(fields)) if (!order.includes(k)) entries.push([k, fields[k]]);
+  return entries;
 }
 
 /** Characters of a profile's strings (its UTM values too). */
