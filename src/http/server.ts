@@ -8,6 +8,7 @@ import type { Authenticator } from '../auth/authenticator.ts';
 import type { Settings } from '../config/settings.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { RouteMetrics } from '../telemetry/metrics.ts';
+import { sharedInFlight } from '../telemetry/shared-in-flight.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { BodyBuffer, declaredBytes } from './body-buffer.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
@@ -287,8 +288,9 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
     });
   }
   const clusterStatus = deps.clusterStatus;
+  const clusterText = clusterStatus === null ? null : sharedInFlight(async () => ({ text: await clusterStatus() }));
   app.get('/cluster', (res, req) => {
-    if (clusterStatus !== null) return later(res, idOf(req), 'cluster status', clusterCount, async () => ({ text: await clusterStatus() }));
+    if (clusterText !== null) return later(res, idOf(req), 'cluster status', clusterCount, clusterText);
     sendError(res, idOf(req), ERRORS.notFound, 'not in cluster mode (CLUSTER_POSTGRES_URL is not set)');
     clusterCount?.observe(ERRORS.notFound.status, performance.now());
   });
@@ -296,7 +298,8 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
     send(res, idOf(req), OK, deps.openApiJson);
     openApiCount?.observe(200, performance.now());
   });
-  app.get('/metrics', (res, req) => later(res, idOf(req), 'metrics', metricsCount, deps.metricsText));
+  const metricsText = sharedInFlight(deps.metricsText);
+  app.get('/metrics', (res, req) => later(res, idOf(req), 'metrics', metricsCount, metricsText));
   for (const path of GET_PATHS) allowed.set(path, ['GET']);
 
   // A known path with another method: 405 with Allow. uWS prefers a method's own handler to any().

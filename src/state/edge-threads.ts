@@ -3,6 +3,7 @@
 // its commands, one frame per event-loop turn. It passes on what the edges must know (key changes,
 // the write gate), answers their questions (/metrics summed over threads, /cluster), and stops
 // them in order at shutdown. To main.ts it is the HTTP server (HttpServer).
+import { sharedInFlight } from '../telemetry/shared-in-flight.ts';
 import { createServer, type AddressInfo } from 'node:net';
 import type { Worker } from 'node:worker_threads';
 import type { KeyRecord } from '../auth/key-store.ts';
@@ -302,15 +303,21 @@ export class EdgeThreads implements HttpServer {
     edge.post({ t: 'forwarded', id, ...reply });
   }
 
+  /** Every edge's asks share one scrape, and one status, at a time (shared-in-flight.ts). */
+  private readonly summedMetrics = sharedInFlight(async () => this.options.metrics.summedWith(await this.collect()));
+  private readonly clusterStatus = sharedInFlight(async () => {
+    const status = this.options.clusterStatus;
+    if (status === null) throw new Error('not in cluster mode');
+    return status();
+  });
+
   private async answerAsk(edge: Edge, id: number, what: 'metrics' | 'cluster'): Promise<void> {
     try {
       if (what === 'metrics') {
-        const text = await this.options.metrics.summedWith(await this.collect());
+        const text = await this.summedMetrics();
         edge.post({ t: 'told', id, status: 200, text, contentType: this.options.metrics.registry.contentType });
       } else {
-        const status = this.options.clusterStatus;
-        if (status === null) throw new Error('not in cluster mode');
-        edge.post({ t: 'told', id, status: 200, text: await status(), contentType: 'application/json' });
+        edge.post({ t: 'told', id, status: 200, text: await this.clusterStatus(), contentType: 'application/json' });
       }
     } catch (error) {
       this.options.log.error({ err: error, what }, 'answering an edge thread failed');
