@@ -249,6 +249,29 @@ describe('edge threads (HTTP_THREADS=2)', () => {
     assert.doesNotMatch(server.stderr(), /open handles|Assertion failed/);
   });
 
+  test('edges replaced again and again: their counts are summed into one share and stay exact', async () => {
+    // Six failures (fault-points.ts: one per marker file). Each replaced edge's last share was
+    // kept apart for good, one more per failure, summed again by every scrape (a review,
+    // 2026-11-29); past four they are now summed into one.
+    const dir = mkdtempSync(join(tmpdir(), 'intake-fault-'));
+    const markers = Array.from({ length: 6 }, (_, i) => join(dir, `fired-${i}`));
+    const server = await startServer({ env: { ...THREADS, INTAKE_TEST_THROW_ONCE: markers.map((m) => `edge-collected:${m}`).join(',') } });
+    servers.push(server);
+    const statuses = await Promise.all(Array.from({ length: 60 }, (_, i) => postAlone(server.port, '/product', { id: `p${i}`, name: 'P' })));
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    const scrape = async () => (await server.request('/metrics').catch(() => ({ text: '' }))).text;
+    await until('six edge failures, and both edges listening after them', async () => {
+      const text = await scrape();
+      return markers.every((m) => existsSync(m)) && metric(text, 'intake_http_threads ') === 2 ? true : null;
+    }, 60_000);
+    const ended = server.logs().filter((l) => l.includes('an edge thread ended; starting another')).length;
+    assert.ok(ended >= 6, `${ended} edges replaced`);
+    await until('the retired shares summed', async () => (server.logs().some((l) => l.includes('summed the metrics of ended edge threads into one share')) ? true : null), 10_000);
+    const upserts = metric(await scrape(), 'intake_requests_total{route="product_upsert",status="200"}');
+    assert.equal(upserts, 60, 'every edge\'s requests counted once, replaced or not');
+    assert.equal(await server.stop(), 0, server.stderr());
+  });
+
   test('/metrics counters never fall when an edge thread is replaced: its counts stay in the sum', async () => {
     const marker = join(mkdtempSync(join(tmpdir(), 'intake-fault-')), 'fired');
     // The first edge asked for its share of /metrics sends it, then throws (config/fault-points.ts).

@@ -5,7 +5,7 @@
 //   sent from outside can time.
 // - INTAKE_TEST_THROW_ONCE=<name>:<file>[,<name>:<file>...]: the first thread to reach the point
 //   of that name (while <file> does not exist: it creates it) throws, uncaught: a stand-in for a
-//   bug, once per test and point.
+//   bug, once per test and point (once per file: a point listed with three files fires 3 times).
 // - INTAKE_TEST_BLOCK_ONCE=<name>:<ms>:<file>: the first thread to reach the point of that name
 //   (while <file> does not exist: it creates it) blocks for <ms>, its event loop stuck: a stand-in
 //   for a synchronous call that hangs (a stalled disk), once per test.
@@ -27,8 +27,8 @@ export function faultPoint(name: string): void {
 /** Whether INTAKE_TEST_THROW_ONCE names this point and it has not fired yet (it fires now): the caller throws what it must. */
 export function throwsNow(name: string): boolean {
   if (throwOnce === '') return false;
-  const point = throwOnce.split(',').find((p) => p.startsWith(`${name}:`));
-  return point !== undefined && claimMarker(point.slice(name.length + 1));
+  // A name listed with n files fires n times (the first time each file is claimed).
+  return throwOnce.split(',').some((p) => p.startsWith(`${name}:`) && claimMarker(p.slice(name.length + 1)));
 }
 
 /** Throws, outside any promise, if INTAKE_TEST_THROW_ONCE names this point and has not fired yet. */

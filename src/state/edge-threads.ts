@@ -12,7 +12,7 @@ import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff
 import type { HttpServer } from '../http/server.ts';
 import type { WriteGate } from '../http/write-gate.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import type { Metrics } from '../telemetry/metrics.ts';
+import { Metrics } from '../telemetry/metrics.ts';
 import { moduleUrl, startThread } from '../workers/threads.ts';
 import { StateHeartbeat } from '../edge/state-heartbeat.ts';
 import { blockPointOnce, throwsNow } from '../config/fault-points.ts';
@@ -56,6 +56,9 @@ function freePort(host: string): Promise<number> {
 const EDGE_ENTRY = moduleUrl('../edge/edge-thread', import.meta.url);
 
 /** An ended edge's share of /metrics without its gauges: a gauge of a thread gone is no longer true, a count still is. */
+/** Ended edges' shares of /metrics kept apart; more are summed into one (EdgeThreads.retire). */
+const MAX_RETIRED_SHARES = 4;
+
 function countsOnly(share: unknown): unknown {
   return Array.isArray(share) ? share.filter((metric: { type?: string }) => metric.type === 'counter' || metric.type === 'histogram') : [];
 }
@@ -120,6 +123,8 @@ export class EdgeThreads implements HttpServer {
    * fall as a counter reset: a false spike in rate()); found by a review.
    */
   private readonly retiredMetrics: unknown[] = [];
+  /** Whether retired shares are being summed into one (retire()). */
+  private foldingRetired = false;
   private stopping = false;
   /** Replacements waiting to start (restart()): cancelled by close(). */
   private readonly restarts = new Set<NodeJS.Timeout>();
@@ -197,7 +202,7 @@ export class EdgeThreads implements HttpServer {
         const served = edge.listening;
         edge.listening = false;
         edge.exited = true;
-        if (edge.lastMetrics !== null) this.retiredMetrics.push(countsOnly(edge.lastMetrics));
+        if (edge.lastMetrics !== null) this.retire(edge.lastMetrics);
         edge.lastMetrics = null;
         for (const done of edge.closedWaiters.splice(0)) done();
         for (const done of edge.settledWaiters.splice(0)) done();
@@ -301,6 +306,29 @@ export class EdgeThreads implements HttpServer {
       reply = { status: 500, text: '{"type":"InternalError","message":"internal error"}', retryAfterSeconds: null };
     }
     edge.post({ t: 'forwarded', id, ...reply });
+  }
+
+  /**
+   * Keeps an ended edge's counts. Past MAX_RETIRED_SHARES they are summed into one share: an edge
+   * that kept failing (replaced every 5 s at most) added a share per replacement, which every
+   * scrape summed again and memory kept for good (found by a review, 2026-11-29).
+   */
+  private retire(share: unknown): void {
+    this.retiredMetrics.push(countsOnly(share));
+    if (this.retiredMetrics.length <= MAX_RETIRED_SHARES || this.foldingRetired) return;
+    this.foldingRetired = true;
+    const parts = this.retiredMetrics.slice();
+    void Metrics.foldShares(parts)
+      .then((sum) => {
+        // In one step, and only the parts summed (more may have retired meanwhile): a scrape
+        // sees the retired counts as the parts or as their sum, never as neither.
+        this.retiredMetrics.splice(0, parts.length, countsOnly(sum));
+        this.options.log.info({ shares: parts.length }, 'summed the metrics of ended edge threads into one share');
+      })
+      .catch((error: unknown) => this.options.log.warn({ err: error }, 'summing the metrics of ended edge threads failed; they stay apart'))
+      .finally(() => {
+        this.foldingRetired = false;
+      });
   }
 
   /** Every edge's asks share one scrape, and one status, at a time (shared-in-flight.ts). */

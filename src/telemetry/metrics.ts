@@ -209,6 +209,11 @@ export class Metrics {
     return summed.metrics();
   }
 
+  /** Shares of /metrics (getMetricsAsJSON's) summed into one share. */
+  static async foldShares(shares: unknown[]): Promise<unknown> {
+    return client.AggregatorRegistry.aggregate(shares as client.MetricObjectWithValues<client.MetricValue<string>>[][]).getMetricsAsJSON();
+  }
+
   route(name: string): RouteMetrics {
     const metrics = new RouteMetrics(name);
     this.routes.push(metrics);
