@@ -292,6 +292,14 @@ describe('§4 violation kinds, each from a real request', () => {
     expectTooLong(await track(eventBody({ name })), ['name'], name, 120);
   });
 
+  test('string.max counts UTF-16 code units, as Joi does and as /openapi.json says: 25 emoji fit in 50, 26 do not', async () => {
+    expectSuccess(await upsertProduct({ id: '\u{1F600}'.repeat(25), name: 'n' }));
+    const id = '\u{1F600}'.repeat(26);
+    expectTooLong(await upsertProduct({ id, name: 'n' }), ['id'], id, 50);
+    const doc = (await server.request('/openapi.json', undefined, { key: null })).body as { info: { description: string } };
+    assert.match(doc.info.description, /UTF-16 code units/);
+  });
+
   test('number.integer: a timestamp or an integer attribute with a fraction', async () => {
     expectOne(await track(eventBody({ timestamp: 1500000000000.5 })), 'number.integer', ['timestamp'], '"timestamp" must be an integer', {
       value: 1500000000000.5,

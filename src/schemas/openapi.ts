@@ -138,7 +138,16 @@ export function buildOpenApi(routes: readonly DocumentedRoute[], version: string
   paths['/openapi.json'] = { get: { ...open, summary: 'this document', responses: { '200': { description: 'OpenAPI 3.1', headers: REQUEST_ID_HEADER, content: json({ type: 'object' }) } } } };
   return {
     openapi: '3.1.0',
-    info: { title: 'intake', version, description: 'Mobile-app analytics and catalog intake. Every write answers 200 only once durably journaled.' },
+    info: {
+      title: 'intake',
+      version,
+      // JSON Schema counts a string's length in code points; the server counts UTF-16 code
+      // units, as Joi's string.max does (CONTRACT §4's messages are Joi's), and no keyword says
+      // so: 26 emoji are 26 characters to a generated validator and 52 to the server (a review,
+      // 2026-11-29).
+      description:
+        'Mobile-app analytics and catalog intake. Every write answers 200 only once durably journaled. String lengths (minLength, maxLength) count UTF-16 code units, as Joi does: a character outside the Basic Multilingual Plane (most emoji) counts 2.',
+    },
     security: [{ serviceKey: [] }],
     components: {
       securitySchemes: { serviceKey: { type: 'apiKey', in: 'header', name: 'x-service-key', description: 'the service key of a workspace (every write endpoint; missing, unknown or revoked: 401)' } },
