@@ -52,6 +52,12 @@ test('allowed values are enum arrays, and they are what validation enforces', as
   assert.deepEqual(productStatus.body.details[0].context.valids, ['inStock', 'outOfStock']);
 });
 
+test('identify states that it needs clientCustomerId or info, as the server checks (object.missing)', () => {
+  const body = doc.paths['/msv_cs_id'].post.requestBody.content['application/json'].schema;
+  assert.deepEqual(body.anyOf, [{ required: ['clientCustomerId'] }, { required: ['info'] }]);
+  assert.equal(body['x-at-least-one-of'], undefined, 'the annotation is turned into anyOf, not left beside it');
+});
+
 test('every write route documents its headers and its answers, errors with their body', () => {
   assert.deepEqual(doc.components.securitySchemes.serviceKey, { type: 'apiKey', in: 'header', name: 'x-service-key', description: doc.components.securitySchemes.serviceKey.description });
   const errorTypes = doc.components.schemas.Error.properties.type.enum;

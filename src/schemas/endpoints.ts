@@ -55,6 +55,17 @@ export const TrackEventBody = Type.Object(
   closed,
 );
 
+/**
+ * An identify needs at least one of these (CONTRACT §5). One list, read three ways: validators.ts
+ * checks it (object.missing), /openapi.json states it as an anyOf of required lists (openapi.ts
+ * turns AT_LEAST_ONE_OF into that), and the Identify type requires one of them. Before
+ * 2026-11-29 only the check knew it: the document and the client's type let `{did, timestamp}`
+ * through, which the server refuses (found by a review).
+ */
+export const IDENTIFY_ONE_OF = ['clientCustomerId', 'info'] as const;
+/** The schema keyword (an annotation to JSON Schema) listing keys of which one must be present. */
+export const AT_LEAST_ONE_OF = 'x-at-least-one-of';
+
 export const IdentifyBody = Type.Object(
   {
     did: Did(),
@@ -62,7 +73,7 @@ export const IdentifyBody = Type.Object(
     timestamp: Timestamp(),
     info: Type.Optional(Attributes()),
   },
-  { ...closed, description: 'at least one of clientCustomerId and info' },
+  { ...closed, description: 'at least one of clientCustomerId and info', [AT_LEAST_ONE_OF]: IDENTIFY_ONE_OF },
 );
 
 export const LogoutBody = Type.Object({ did: Did() }, closed);
@@ -157,7 +168,9 @@ export type BatchResult = Static<typeof BatchResults>['results'][number];
 
 export type AppLaunch = Static<typeof AppLaunchBody>;
 export type TrackEvent = Static<typeof TrackEventBody>;
-export type Identify = Static<typeof IdentifyBody>;
+/** `T` with at least one of the keys `K` present. */
+type WithOneOf<T, K extends keyof T> = T & { [P in K]: { [Q in P]-?: Exclude<T[Q], undefined> } }[K];
+export type Identify = WithOneOf<Static<typeof IdentifyBody>, (typeof IDENTIFY_ONE_OF)[number]>;
 export type Logout = Static<typeof LogoutBody>;
 export type PushToken = Static<typeof PushTokenBody>;
 export type Product = Static<typeof ProductBody>;

@@ -1,7 +1,7 @@
 // /openapi.json, made from the same TypeBox schemas that validate requests (one source of truth).
 import { Type, type TSchema } from '@sinclair/typebox';
 import { ERRORS } from '../http/errors.ts';
-import { IdParam } from './endpoints.ts';
+import { AT_LEAST_ONE_OF, IdParam } from './endpoints.ts';
 
 export interface DocumentedRoute {
   method: 'post' | 'del';
@@ -41,6 +41,11 @@ export const LaunchResult = Type.Object({
  */
 function plain(schema: TSchema): unknown {
   return JSON.parse(JSON.stringify(schema), (_key, value: unknown) => {
+    if (typeof value === 'object' && value !== null && Array.isArray((value as Record<string, unknown>)[AT_LEAST_ONE_OF])) {
+      // endpoints.ts's "at least one of these keys", in JSON Schema's words.
+      const { [AT_LEAST_ONE_OF]: keys, ...rest } = value as Record<string, unknown>;
+      return { ...rest, anyOf: (keys as string[]).map((key) => ({ required: [key] })) };
+    }
     if (typeof value !== 'object' || value === null || !Array.isArray((value as { anyOf?: unknown }).anyOf)) return value;
     const { anyOf, ...rest } = value as { anyOf: Array<Record<string, unknown>> } & Record<string, unknown>;
     const literals = anyOf.every((branch) => typeof branch.const === 'string');

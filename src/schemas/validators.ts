@@ -8,6 +8,7 @@ import { detail, MAX_DETAILS, type ValidationDetail } from './details.ts';
 import {
   AppLaunchBody,
   CollectionBody,
+  IDENTIFY_ONE_OF,
   IdentifyBody,
   IdParam,
   LogoutBody,
@@ -182,9 +183,7 @@ export class BodyValidator {
 const eventInfo: ExtraCheck = (body, out) => checkAttributeEntries(body.info, 'info', out);
 
 const identifyChecks: ExtraCheck = (body, out) => {
-  if (!Object.hasOwn(body, 'clientCustomerId') && !Object.hasOwn(body, 'info')) {
-    out.push(detail.missingPeers(['clientCustomerId', 'info']));
-  }
+  if (!IDENTIFY_ONE_OF.some((key) => Object.hasOwn(body, key))) out.push(detail.missingPeers(IDENTIFY_ONE_OF));
   checkAttributeEntries(body.info, 'info', out);
 };
 
