@@ -124,6 +124,18 @@ describe('intake/client', () => {
     await assert.rejects(c.upsertProduct({ id: 'late', name: 'n' }), ClientClosedError);
   });
 
+  test('an id with an unpaired surrogate names the same product in a path as in a body (U+FFFD), and never throws', async () => {
+    const c = client(server.url);
+    assert.deepEqual(await c.upsertProduct({ id: 'lone-\ud800', name: 'n' }), { success: true });
+    // Before, encodeURIComponent threw a URIError out of the method itself.
+    const deleted = c.deleteProduct('lone-\ud800');
+    assert.ok(deleted instanceof Promise);
+    assert.deepEqual(await deleted, { success: true });
+    await c.close();
+    const ids = exportLines(server.dataDir, 'products', '--workspace', 'ws-a').map((p) => p.id);
+    assert.ok(!ids.includes('lone-\ufffd'), 'the product the body made is the one the path deleted');
+  });
+
   test('flush() sends a partial batch at once; the interval sends one on its own', async () => {
     const proxy = await proxyTo(server);
     const c = client(proxy.url, { flushIntervalMs: 60_000 });

@@ -50,8 +50,13 @@ export interface IntakeClient {
   stats(): QueueStats;
 }
 
-/** `:id` in a path, percent-encoded as in a URL (the server decodes it). */
-const segment = (id: string) => encodeURIComponent(id);
+/**
+ * `:id` in a path, percent-encoded as in a URL (the server decodes it). An unpaired surrogate
+ * becomes U+FFFD first, as it does in a body (README "Strings"): `deleteProduct('a\ud800')`
+ * deletes what `upsertProduct({id: 'a\ud800'})` made. encodeURIComponent throws a URIError on
+ * one, which left the method throwing instead of returning a rejected promise (a review).
+ */
+const segment = (id: string) => encodeURIComponent(id.replace(/\p{Surrogate}/gu, '\ufffd'));
 
 export function createClient(clientOptions: ClientOptions): IntakeClient {
   const options = resolveOptions(clientOptions);
