@@ -81,3 +81,26 @@ test('every write route documents its headers and its answers, errors with their
     assert.ok(doc.paths[path].get.responses['200'].headers['x-request-id']);
   }
 });
+
+test('POST /batch documents its answers and headers, and its maxItems is the BATCH_MAX_ITEMS the server enforces', async () => {
+  // WRITE_OPERATIONS lists the 11 endpoints only, so the batch's entry was checked by no test (a review, 2026-11-29).
+  const operation = doc.paths['/batch'].post;
+  assert.deepEqual(operation.parameters.map((p: any) => p.name).sort(), ['Idempotency-Key', 'x-request-id']);
+  for (const status of ['200', '400', '401', '413', '415', '422', '429', '503']) {
+    assert.ok(operation.responses[status]?.headers?.['x-request-id'], `POST /batch documents ${status} with x-request-id`);
+  }
+  assert.ok(operation.responses['429'].headers['retry-after']);
+  assert.ok(operation.responses['503'].headers['retry-after']);
+  const small = await startServer({ env: { BATCH_MAX_ITEMS: '3' } });
+  try {
+    const smallDoc = (await small.request('/openapi.json', undefined, { key: null })).body;
+    assert.equal(smallDoc.paths['/batch'].post.requestBody.content['application/json'].schema.properties.requests.maxItems, 3);
+    const item = { method: 'POST', path: '/product', body: { id: 'p', name: 'n' } };
+    assert.equal((await small.post('/batch', { requests: [item, item, item] })).status, 200);
+    const over = await small.post('/batch', { requests: [item, item, item, item] });
+    assert.equal(over.status, 422, over.text);
+    assert.equal(over.body.details[0].type, 'array.max');
+  } finally {
+    await small.stop();
+  }
+});
