@@ -29,7 +29,37 @@ function writeCorked(): void {
   res.writeHeader(H_CONTENT_TYPE, slotType === JSON_TYPE ? JSON_TYPE_BYTES : slotType);
   res.writeHeader(H_REQUEST_ID, slotRequestId);
   if (slotHeader !== null) res.writeHeader(slotHeader, slotHeaderValue);
-  res.end(slotBody === SUCCESS_BODY ? SUCCESS_BYTES : slotBody, slotClose);
+  if (slotBody.length < PACED_FROM_CHARS || slotClose) res.end(slotBody === SUCCESS_BODY ? SUCCESS_BYTES : slotBody, slotClose);
+  else endAsDrained(res, Buffer.from(slotBody));
+}
+
+/**
+ * Bodies from this many characters (GET /openapi.json, /metrics, a batch's results) are sent
+ * with tryEnd: what the socket does not take goes as it drains. end() copied it into uWS's own
+ * buffer, without limit: one connection that pipelined 20,000 `GET /openapi.json` (680 KB, no
+ * key needed) and read nothing made the server hold 1.4 GB of answers for it (found by a review,
+ * 2026-11-29). Smaller answers are no bigger than the requests that asked for them.
+ */
+const PACED_FROM_CHARS = 16 * 1024;
+
+/**
+ * Ends `res` with `body`, the part the socket cannot take now sent as it drains. The response
+ * stays pending until then, and uWS closes a connection that sends another request while one
+ * is pending: a client that pipelines without reading is cut off, not buffered for.
+ */
+function endAsDrained(res: HttpResponse, body: Buffer): void {
+  const startOffset = res.getWriteOffset();
+  const [ok, done] = res.tryEnd(body, body.length);
+  if (ok || done) return;
+  let aborted = false;
+  res.onAborted(() => {
+    aborted = true;
+  });
+  res.onWritable((offset) => {
+    if (aborted) return true;
+    const [written, finished] = res.tryEnd(body.subarray(offset - startOffset), body.length);
+    return written || finished;
+  });
 }
 
 export interface SendOptions {
