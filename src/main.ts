@@ -6,7 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { isIPv6 } from 'node:net';
 import { Intake } from './actors/intake.ts';
-import { ClusterNode, DivergedError, type ClusterMetrics } from './cluster/cluster-node.ts';
+import { ClusterNode, DivergedError, foreignDirectory, type ClusterMetrics } from './cluster/cluster-node.ts';
+import { readClusterIdentityAt } from './cluster/schema.ts';
 import { NodeState } from './cluster/node-state.ts';
 import { ForwardEndpoint } from './cluster/forward-endpoint.ts';
 import { forwardLimitBytes } from './cluster/forward-protocol.ts';
@@ -190,6 +191,19 @@ async function main(): Promise<void> {
       `the data directory ${settings.dataDir} belongs to a cluster (identity ${clusterId}), and this start has no CLUSTER_POSTGRES_URL: ` +
         'set CLUSTER_POSTGRES_URL and CLUSTER_NAME to that cluster\'s to start this node, or give a single node another data directory',
     );
+  }
+  // A directory of one cluster started against another (a wrong CLUSTER_POSTGRES_URL or
+  // CLUSTER_NAME) is refused before anything is made: below, the first start of a cluster makes
+  // its rows and its first key (cluster-node.ts, foreignDirectory). PostgreSQL unreachable here:
+  // the node's own check decides later.
+  if (settings.clusterPostgresUrl !== '') {
+    const mine = readClusterId(store);
+    const theirs = mine === null ? undefined : await readClusterIdentityAt(settings.clusterPostgresUrl, settings.clusterName, 'intake identity check').catch(() => undefined);
+    const refusal = theirs === undefined ? null : foreignDirectory(settings.clusterName, mine, theirs);
+    if (refusal !== null) {
+      await store.close();
+      throw refusal;
+    }
   }
   // Stored keys: this node's LMDB, or in cluster mode the cluster's, in PostgreSQL (§12).
   const keySource = settings.clusterPostgresUrl === '' ? new LmdbKeys(store) : new PgKeys(settings.clusterPostgresUrl, settings.clusterName);

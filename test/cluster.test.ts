@@ -758,6 +758,26 @@ describe('cluster mode', () => {
     await assert.rejects(other.add({ dataDir }), /holds records up to seq 7, but the cluster's journal ends at seq 0/);
   });
 
+  test('a cluster node\'s data directory started against a cluster that does not exist (a wrong CLUSTER_NAME or URL): refused, and nothing is made in PostgreSQL', async () => {
+    // Until 2026-11-29 the start made the cluster's rows and its first key (printed on stderr)
+    // before it compared identities, then said "Nothing was changed" (found by a review).
+    const x = cluster();
+    const a = await x.add();
+    await x.leader();
+    await writeProducts(a, 'x', 2);
+    assert.equal(await a.stop(), 0);
+    const wrong = cluster();
+    await assert.rejects(wrong.add({ dataDir: a.dataDir }), (error: Error) => {
+      assert.match(error.message, /exited \(1\) before listening/);
+      assert.match(error.message, new RegExp(`there is no cluster "${wrong.name}" in this PostgreSQL: check CLUSTER_POSTGRES_URL and CLUSTER_NAME`));
+      assert.match(error.message, /Nothing was changed\. Move DATA_DIR aside/);
+      assert.doesNotMatch(error.message, /service key/);
+      return true;
+    });
+    const rows = await withClient(x.url, async (client) => (await client.query('SELECT cluster FROM intake_cluster.head WHERE cluster = $1 UNION ALL SELECT cluster FROM intake_cluster.lease WHERE cluster = $1 UNION ALL SELECT cluster FROM intake_cluster.keys WHERE cluster = $1', [wrong.name])).rows);
+    assert.deepEqual(rows, [], 'no rows made for the cluster that does not exist');
+  });
+
   test('a single node\'s data directory, or another cluster\'s, started in a cluster whose journal retention emptied: refused (exit 1) and left as it was, not replaced by the cluster\'s snapshot', async () => {
     const single = await startServer();
     await writeProducts(single, 'single', 3);

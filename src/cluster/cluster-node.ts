@@ -209,6 +209,32 @@ const REFUSAL_CAUSES: Record<Refusal['kind'], string> = {
   unproven: 'It may be a single node\'s, whose data would be lost or mixed with the cluster\'s.',
 };
 
+function refusedDirectory(cluster: string, refusal: Refusal): DivergedError {
+  return new DivergedError(
+    `this node's data directory ${refusal.kind === 'unproven' ? 'cannot be shown to be' : 'is not'} a copy of cluster "${cluster}": ${refusal.reason}. ` +
+      `${REFUSAL_CAUSES[refusal.kind]} ` +
+      `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
+      `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
+  );
+}
+
+/**
+ * The refusal of a data directory that records cluster identity `mine` when cluster `cluster`
+ * is identity `theirs` (null: no such cluster in that PostgreSQL), or null when they agree or
+ * cannot be compared. main.ts asks before it makes anything in PostgreSQL (a first start makes
+ * the cluster's rows and its first key): a directory started against the wrong database made a
+ * cluster and printed a key there, then said "Nothing was changed" (found by a review, 2026-11-29).
+ */
+export function foreignDirectory(cluster: string, mine: string | null, theirs: string | null): DivergedError | null {
+  // '' (a cluster made before identities): its first node gives it one, then checkPrefix decides.
+  if (mine === null || theirs === '' || theirs === mine) return null;
+  const reason =
+    theirs === null
+      ? `it belongs to another cluster (identity ${mine}; there is no cluster "${cluster}" in this PostgreSQL: check CLUSTER_POSTGRES_URL and CLUSTER_NAME)`
+      : `it belongs to another cluster (identity ${mine}; cluster "${cluster}" is ${theirs})`;
+  return refusedDirectory(cluster, { reason, kind: 'another-cluster' });
+}
+
 /** Where a follower forwards writes (leader-link.ts): the leader of an epoch, as its lease row says. */
 export interface LeaderTarget {
   name: string;
@@ -489,12 +515,7 @@ export class ClusterNode {
     }
     // Done: a refused directory ends the node.
     this.prefixChecked = true;
-    throw new DivergedError(
-      `this node's data directory ${refusal.kind === 'unproven' ? 'cannot be shown to be' : 'is not'} a copy of cluster "${this.settings.cluster}": ${refusal.reason}. ` +
-        `${REFUSAL_CAUSES[refusal.kind]} ` +
-        `Nothing was changed. Move DATA_DIR aside and start the node again with an empty one: it joins from the cluster. ` +
-        `What the old directory holds stays readable with \`npm run export -- events --data-dir <old>\`.`,
-    );
+    throw refusedDirectory(this.settings.cluster, refusal);
   }
 
   /**
