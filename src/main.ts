@@ -487,7 +487,7 @@ async function main(): Promise<void> {
   process.on('SIGUSR2', () => void schedule.snapshotNow('SIGUSR2'));
   // Logged only once the handlers above are in place: a supervisor that signals as soon as it
   // reads "listening" must get a graceful stop, not Node's default exit.
-  log.info({ host: settings.host, port: server.port, dataDir: settings.dataDir, httpThreads: settings.httpThreads, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
+  log.info({ pid: process.pid, host: settings.host, port: server.port, dataDir: settings.dataDir, httpThreads: settings.httpThreads, mappingWorkers: settings.mappingWorkers, sinks: delivery.enabled }, 'listening');
   // Crash tests: a bug on this thread once it serves (it must not abort Node, edge threads or not).
   throwPointOnce('state-listening');
 }

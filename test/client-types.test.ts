@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,8 +25,15 @@ test('a NodeNext project of its own compiles against intake/client, and its type
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
   writeFileSync(
     join(dir, 'tsconfig.json'),
-    JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, skipLibCheck: true, noEmit: true, types: ['node'] }, include: ['main.ts'] }),
+    JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, skipLibCheck: true, noEmit: true, types: ['node'] }, include: ['main.ts', 'readme-example.ts'] }),
   );
+  // The README's client example, as written: it used names it never defined, and did not
+  // compile (found by a review, 2026-11-29).
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const section = readme.indexOf('### The client: `intake/client`');
+  const start = readme.indexOf('```ts\n', section) + '```ts\n'.length;
+  assert.ok(section !== -1 && start > section, 'the README has its client example');
+  writeFileSync(join(dir, 'readme-example.ts'), `${readme.slice(start, readme.indexOf('```', start))}\nexport {};\n`);
   writeFileSync(
     join(dir, 'main.ts'),
     [
