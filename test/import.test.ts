@@ -186,6 +186,23 @@ describe('npm run import', () => {
     assert.ok(failed.every((f) => f.mayHaveBeenApplied === true), 'the lost attempt applied them');
   });
 
+  test('a wrong service key stops the import at the first 401, saying so, instead of sending the whole file', async () => {
+    // Until 2026-11-29 every line was sent and written to the failed file (an operator's review).
+    const lines = Array.from({ length: 6_000 }, (_, i) => JSON.stringify({ id: `wrong-key-${i}`, name: 'A' }));
+    const file = writeNdjson('wrong-key.ndjson', lines);
+    const run = await new Promise<Run>((resolve, reject) => {
+      const child = spawn(process.execPath, [...scriptCommand('import'), 'products', file, '--url', server.url, '--key', 'not-a-key-of-this-server'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+      child.on('error', reject);
+      child.on('close', (code, signal) => resolve({ code, signal, stderr }));
+    });
+    assert.equal(run.code, 1, run.stderr);
+    assert.match(run.stderr, /stopped: line \d+ was answered 401: the service key is wrong or revoked/);
+    const failed = readFileSync(`${file}.failed.ndjson`, 'utf8').trim().split('\n');
+    assert.ok(failed.length < lines.length, `${failed.length} of ${lines.length} lines were sent`);
+  });
+
   test('blank lines are skipped and counted as blank, not as ok', async () => {
     const file = writeNdjson('blank.ndjson', []);
     writeFileSync(file, `${JSON.stringify({ id: 'blank-1', name: 'A' })}\n\n   \n${JSON.stringify({ id: 'blank-2', name: 'B' })}\n`);

@@ -265,6 +265,11 @@ async function run(args: Args): Promise<number> {
           ? `line ${fmt(lineNumber)} was answered ${error.cause.status} after an attempt whose answer was lost (${error.message})`
           : `line ${fmt(lineNumber)} was retried for ${args.retrySeconds} s and the server never answered it (${error.message})`;
     }
+    // A key the server refuses refuses every line: the rest are not sent. Before 2026-11-29 a
+    // wrong key sent the whole file and wrote every line to the failed file (an operator's review).
+    if (error instanceof IntakeRequestError && (error.status === 401 || error.status === 403) && stopped === null) {
+      stopped = `line ${fmt(lineNumber)} was answered ${error.status}: the service key is wrong or revoked (${error.message}); give the right one`;
+    }
     const w = wake;
     wake = null;
     w?.();
@@ -304,7 +309,7 @@ async function run(args: Args): Promise<number> {
   failed.close();
   let text = summary();
   if (interrupted) text += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
-  else if (stopped !== null) text += `; stopped: ${stopped}; run the same command again once the server answers (lines already applied are not applied twice)`;
+  else if (stopped !== null) text += `; stopped: ${stopped}; run the same command again once the server answers it (lines already applied are not applied twice)`;
   progress.finish(text);
   if (interrupted) return signalStatus;
   return failed.count > 0 ? 1 : 0;
