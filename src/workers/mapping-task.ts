@@ -21,22 +21,43 @@ const validators = new Map<number, BodyValidator>();
 const HEAP_BYTES_PER_BODY_BYTE = 10;
 
 /**
+ * Heap each object, array or key costs beyond its bytes of JSON: `{}` is 3 bytes of a list and
+ * some 60 bytes of heap, so a 16 MiB list of them was estimated at 160 MB by its bytes and took
+ * more than 1 GB (the worker died: 500; found by a review, 2026-11-29).
+ */
+const HEAP_BYTES_PER_CONTAINER_OR_KEY = 96;
+
+/** Objects, arrays and keys (colons) in `raw` outside strings: one pass over the bytes. */
+function containersAndKeys(raw: Buffer): number {
+  let count = 0;
+  let inString = false;
+  for (let i = 0; i < raw.length; i++) {
+    const b = raw[i]!;
+    if (inString) {
+      if (b === 0x5c) i++; // a backslash: the next byte is escaped
+      else if (b === 0x22) inString = false;
+    } else if (b === 0x22) inString = true;
+    else if (b === 0x7b || b === 0x5b || b === 0x3a) count++;
+  }
+  return count;
+}
+
+/**
  * V8 cannot stop a worker in the middle of JSON.parse: a worker that reaches its heap limit
  * there takes the whole process down with it, instead of being replaced. So a body that might
- * not fit is refused before parsing (the request fails with 500, the worker lives on).
+ * not fit is refused before parsing: 413, since it is too large for this server to judge (until
+ * 2026-11-29 a 500, and bodies of millions of tiny objects passed the estimate and killed the
+ * worker, also a 500).
  */
-function checkHeapRoom(bodyBytes: number): void {
+function heapRoomRefusal(raw: Buffer): string | null {
   // The old generation's limit is the one a parse runs into (heap_size_limit also counts the
   // young generation, which can be much larger than the old one's limit here).
   const { heap_size_limit, used_heap_size } = getHeapStatistics();
   const oldLimitMb = resourceLimits.maxOldGenerationSizeMb;
   const limit = oldLimitMb !== undefined && oldLimitMb > 0 ? oldLimitMb * 2 ** 20 : heap_size_limit;
-  const needed = bodyBytes * HEAP_BYTES_PER_BODY_BYTE;
-  if (used_heap_size + needed > limit) {
-    throw new Error(
-      `a ${bodyBytes}-byte mapping body needs about ${Math.ceil(needed / 2 ** 20)} MB to parse, more than this worker's heap allows (MAPPING_WORKER_MAX_MEMORY_MB)`,
-    );
-  }
+  const needed = raw.length * HEAP_BYTES_PER_BODY_BYTE + containersAndKeys(raw) * HEAP_BYTES_PER_CONTAINER_OR_KEY;
+  if (used_heap_size + needed <= limit) return null;
+  return `this ${raw.length}-byte mapping body needs about ${Math.ceil(needed / 2 ** 20)} MB to parse, more than a mapping worker's heap allows (MAPPING_WORKER_MAX_MEMORY_MB); a valid one needs far less`;
 }
 
 function validatorFor(maxItems: number): BodyValidator {
@@ -52,7 +73,8 @@ export default function parseMapping(task: MappingTask): MappingTaskResult {
   const encoding: Encoding = task.gzip ? 'gzip' : 'identity';
   const inflated = inflateBody(Buffer.from(task.bytes), encoding, task.limitBytes);
   if (!inflated.ok) return { kind: inflated.error, message: inflated.message };
-  checkHeapRoom(inflated.raw.length);
+  const noRoom = heapRoomRefusal(inflated.raw);
+  if (noRoom !== null) return { kind: 'tooLarge', message: noRoom };
   const decoded = parseJsonObject(inflated.raw);
   if (!decoded.ok) return { kind: decoded.error, message: decoded.message };
   let details: ReturnType<BodyValidator['validate']>;
