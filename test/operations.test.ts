@@ -226,6 +226,10 @@ describe('settings', () => {
       assert.ok(res.stdout.includes(s.env), `${s.env} in --help`);
       assert.ok(res.stdout.includes(s.flag), `${s.flag} in --help`);
       assert.ok(res.stdout.includes(s.defaultLabel ?? (s.defaultValue === '' ? '(none)' : String(s.defaultValue))), `${s.key} default`);
+      // And what a value may be (since 2026-11-29): the range, the list or the pattern's hint.
+      if (s.min !== undefined && s.max !== undefined) assert.ok(res.stdout.includes(`${s.min}..${s.max}`), `${s.key} range`);
+      if (s.choices !== undefined) assert.ok(res.stdout.includes(`one of ${s.choices.join(', ')}`), `${s.key} choices`);
+      if (s.patternHint !== undefined) assert.ok(res.stdout.includes(s.patternHint), `${s.key} pattern`);
     }
   });
 

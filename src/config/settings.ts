@@ -99,7 +99,7 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'mappingWorkers', env: 'MAPPING_WORKERS', flag: '--mapping-workers', kind: 'integer', defaultValue: Math.max(1, availableParallelism() - 1), defaultLabel: 'cores - 1, at least 1', min: 0, max: 256, description: 'worker threads that parse, validate and de-duplicate big mapping bodies (0: all on the main thread)' },
   { key: 'mappingWorkerThresholdBytes', env: 'MAPPING_WORKER_THRESHOLD_BYTES', flag: '--mapping-worker-threshold-bytes', kind: 'integer', defaultValue: 65_536, min: 0, max: 1024 * MiB, description: 'mapping bodies larger than this (and every gzip one) go to a worker' },
   { key: 'mappingWorkerTimeoutMs', env: 'MAPPING_WORKER_TIMEOUT_MS', flag: '--mapping-worker-timeout-ms', kind: 'integer', defaultValue: 10_000, min: 1, max: 600_000, description: 'a worker task running longer (counted from when a worker takes it, not while it waits) fails its request with 500 (the worker is replaced)' },
-  { key: 'mappingWorkerMaxMemoryMb', env: 'MAPPING_WORKER_MAX_MEMORY_MB', flag: '--mapping-worker-max-memory-mb', kind: 'integer', defaultValue: 512, min: 8, max: 65_536, description: 'heap limit of each worker; a body that might not fit in it (about 10 bytes of heap per byte of JSON) is refused with 500 before it is parsed' },
+  { key: 'mappingWorkerMaxMemoryMb', env: 'MAPPING_WORKER_MAX_MEMORY_MB', flag: '--mapping-worker-max-memory-mb', kind: 'integer', defaultValue: 512, min: 8, max: 65_536, description: 'heap limit of each worker; a body that might not fit in it (about 10 bytes of heap per byte of JSON, plus 96 per object, array or key) is refused with 413 before it is parsed' },
   { key: 'mappingWorkerQueueMax', env: 'MAPPING_WORKER_QUEUE_MAX', flag: '--mapping-worker-queue-max', kind: 'integer', defaultValue: 64, min: 0, max: 1_000_000, description: 'big mappings that may wait for a busy worker or, parsed, for their catalog\'s turn; beyond that, 503 ServiceUnavailableError with Retry-After, nothing applied (0: none wait)' },
   { key: 'mappingWorkerQueueBytes', env: 'MAPPING_WORKER_QUEUE_BYTES', flag: '--mapping-worker-queue-bytes', kind: 'integer', defaultValue: 256 * MiB, min: 0, max: 64 * 1024 * MiB, description: 'bytes of those waiting mappings (bodies as received, parsed ones at their own size); a body that would take them over this gets 503 with Retry-After' },
   { key: 'sinkNatsUrl', env: 'SINK_NATS_URL', flag: '--sink-nats-url', kind: 'string', defaultValue: '', description: 'deliver the journal to NATS JetStream at this URL, e.g. nats://127.0.0.1:4222 (empty: off)' },
@@ -180,7 +180,11 @@ export function parseSettings(argv: readonly string[], env: NodeJS.ProcessEnv): 
 export function helpText(): string {
   const rows = SETTINGS.map((s) => {
     const def = s.defaultLabel ?? (s.defaultValue === '' ? '(none)' : String(s.defaultValue));
-    return `  ${(s.flag + ' <value>').padEnd(36)} ${s.env.padEnd(26)} default ${def}\n      ${s.description}`;
+    // What a value may be, as the start checks it (a value outside stops it with status 2): the
+    // README's table did not say (an operator's review, 2026-11-29).
+    const allowed =
+      s.min !== undefined && s.max !== undefined ? `; ${s.min}..${s.max}` : s.choices !== undefined ? `; one of ${s.choices.join(', ')}` : s.patternHint !== undefined ? `; ${s.patternHint}` : '';
+    return `  ${(s.flag + ' <value>').padEnd(36)} ${s.env.padEnd(26)} default ${def}${allowed}\n      ${s.description}`;
   });
   return [
     'intake: analytics and catalog intake server',
