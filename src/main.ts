@@ -198,8 +198,9 @@ async function main(): Promise<void> {
   // the node's own check decides later.
   if (settings.clusterPostgresUrl !== '') {
     const mine = readClusterId(store);
-    const theirs = mine === null ? undefined : await readClusterIdentityAt(settings.clusterPostgresUrl, settings.clusterName, 'intake identity check').catch(() => undefined);
-    const refusal = theirs === undefined ? null : foreignDirectory(settings.clusterName, mine, theirs);
+    const localLastSeq = Journal.lastSeq(store.journal);
+    const theirs = mine === null && localLastSeq === 0 ? undefined : await readClusterIdentityAt(settings.clusterPostgresUrl, settings.clusterName, 'intake identity check').catch(() => undefined);
+    const refusal = theirs === undefined ? null : foreignDirectory(settings.clusterName, mine, theirs, localLastSeq);
     if (refusal !== null) {
       await store.close();
       throw refusal;

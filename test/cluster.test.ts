@@ -756,6 +756,9 @@ describe('cluster mode', () => {
     // A fresh cluster with an empty journal: the local journal is ahead of it.
     const other = cluster();
     await assert.rejects(other.add({ dataDir }), /holds records up to seq 7, but the cluster's journal ends at seq 0/);
+    // Refused before the cluster was made: no rows, no key (until 2026-11-29 the start made both).
+    const made = await withClient(other.url, async (client) => (await client.query('SELECT cluster FROM intake_cluster.head WHERE cluster = $1 UNION ALL SELECT cluster FROM intake_cluster.keys WHERE cluster = $1', [other.name])).rows);
+    assert.deepEqual(made, [], 'nothing made in PostgreSQL for the cluster that did not exist');
   });
 
   test('a cluster node\'s data directory started against a cluster that does not exist (a wrong CLUSTER_NAME or URL): refused, and nothing is made in PostgreSQL', async () => {

@@ -208,6 +208,8 @@ async function run(args: Args): Promise<number> {
   let signalStatus = 130;
   /** Why the import stopped early (a batch gave up: the server cannot be reached), or null. */
   let stopped: string | null = null;
+  /** Whether it stopped because the server refused the key (401/403). */
+  let keyRefused = false;
   const progress = new Progress(`import ${args.kind}`, totalLines, () => ({ done, failed: failed.count }));
 
   /** Lines sent and not yet answered, by line number (at most MAX_LINES_IN_FLIGHT): a second Ctrl-C writes them to the failed file. */
@@ -269,6 +271,7 @@ async function run(args: Args): Promise<number> {
     // wrong key sent the whole file and wrote every line to the failed file (an operator's review).
     if (error instanceof IntakeRequestError && (error.status === 401 || error.status === 403) && stopped === null) {
       stopped = `line ${fmt(lineNumber)} was answered ${error.status}: the service key is wrong or revoked (${error.message}); give the right one`;
+      keyRefused = true;
     }
     const w = wake;
     wake = null;
@@ -309,7 +312,7 @@ async function run(args: Args): Promise<number> {
   failed.close();
   let text = summary();
   if (interrupted) text += '; interrupted: run the same command again to send the rest (lines already applied are not applied twice)';
-  else if (stopped !== null) text += `; stopped: ${stopped}; run the same command again once the server answers it (lines already applied are not applied twice)`;
+  else if (stopped !== null) text += `; stopped: ${stopped}; run the same command again ${keyRefused ? 'with a key the server takes' : 'once the server answers it'} (lines already applied are not applied twice)`;
   progress.finish(text);
   if (interrupted) return signalStatus;
   return failed.count > 0 ? 1 : 0;

@@ -225,9 +225,18 @@ function refusedDirectory(cluster: string, refusal: Refusal): DivergedError {
  * the cluster's rows and its first key): a directory started against the wrong database made a
  * cluster and printed a key there, then said "Nothing was changed" (found by a review, 2026-11-29).
  */
-export function foreignDirectory(cluster: string, mine: string | null, theirs: string | null): DivergedError | null {
+export function foreignDirectory(cluster: string, mine: string | null, theirs: string | null, localLastSeq: number): DivergedError | null {
   // '' (a cluster made before identities): its first node gives it one, then checkPrefix decides.
-  if (mine === null || theirs === '' || theirs === mine) return null;
+  if (theirs === '') return null;
+  if (mine === null) {
+    // No identity: a new node's empty directory, or a single node's. The latter, against a
+    // cluster that does not exist (an empty journal), is refused as checkPrefix would, but before
+    // the cluster is made (a review of this change).
+    return theirs === null && localLastSeq > 0
+      ? refusedDirectory(cluster, { reason: `it holds records up to seq ${localLastSeq}, but the cluster's journal ends at seq 0 (there is no cluster "${cluster}" in this PostgreSQL yet)`, kind: 'diverged' })
+      : null;
+  }
+  if (theirs === mine) return null;
   const reason =
     theirs === null
       ? `it belongs to another cluster (identity ${mine}; there is no cluster "${cluster}" in this PostgreSQL: check CLUSTER_POSTGRES_URL and CLUSTER_NAME)`
@@ -800,7 +809,9 @@ export class ClusterNode {
       journalFrom: stored.journalFrom,
       chunks: stored.chunks,
       bytes: stored.bytes,
-      entities: stored.entities ?? { devices: 0, customers: 0, products: 0, collections: 0, profiles: 0, idempotencyKeys: 0 },
+      // No counts stored (none so far): unknown, not zero. Zeros would make the loader, which
+      // checks each count against the chunks, refuse the joined snapshot; missing ones it skips.
+      entities: stored.entities ?? ({} as EntityCounts),
       readChunks: (first, count) => this.read((client) => this.snapshots.chunks(client, stored.id, first, count)),
       batchesAfter: (afterSeq, maxBatches) => this.read((client) => this.journal.batchesAfter(client, afterSeq, maxBatches)),
     };

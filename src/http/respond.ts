@@ -36,9 +36,11 @@ function writeCorked(): void {
 /**
  * Bodies from this many characters (GET /openapi.json, /metrics, a batch's results) are sent
  * with tryEnd: what the socket does not take goes as it drains. end() copied it into uWS's own
- * buffer, without limit: one connection that pipelined 20,000 `GET /openapi.json` (680 KB, no
- * key needed) and read nothing made the server hold 1.4 GB of answers for it (found by a review,
- * 2026-11-29). Smaller answers are no bigger than the requests that asked for them.
+ * buffer, without limit: one connection that pipelined 20,000 `GET /openapi.json` (680 KB of
+ * requests, no key needed, 67 KB an answer) and read nothing made the server hold 1.3 GB of
+ * answers for it (found by a review, 2026-11-29). Smaller answers are no bigger than the
+ * requests that asked for them. A request pipelined behind such an answer still being sent
+ * closes the connection (uWS), cutting that answer off: pipelining clients read as they go.
  */
 const PACED_FROM_CHARS = 16 * 1024;
 
@@ -68,6 +70,11 @@ export interface SendOptions {
   header?: readonly [string, string];
 }
 
+/**
+ * Answers `res`. A big body that the socket cannot take at once registers its own onAborted
+ * (endAsDrained): uWS keeps one handler per response, so a caller's is replaced; callers finish
+ * their own bookkeeping before they send.
+ */
 export function send(res: HttpResponse, requestId: string, statusLine: string, body: string, options?: SendOptions): void {
   slotRes = res;
   slotStatus = statusLine;

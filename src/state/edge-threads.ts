@@ -55,10 +55,10 @@ function freePort(host: string): Promise<number> {
 
 const EDGE_ENTRY = moduleUrl('../edge/edge-thread', import.meta.url);
 
-/** An ended edge's share of /metrics without its gauges: a gauge of a thread gone is no longer true, a count still is. */
 /** Ended edges' shares of /metrics kept apart; more are summed into one (EdgeThreads.retire). */
 const MAX_RETIRED_SHARES = 4;
 
+/** An ended edge's share of /metrics without its gauges: a gauge of a thread gone is no longer true, a count still is. */
 function countsOnly(share: unknown): unknown {
   return Array.isArray(share) ? share.filter((metric: { type?: string }) => metric.type === 'counter' || metric.type === 'histogram') : [];
 }
