@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { serverCommand } from '../bench/lib/servers.ts';
-import { KEY_A, ROOT } from './helpers/server.ts';
+import { exportLines, KEY_A, ROOT } from './helpers/server.ts';
 
 const DESCRIPTION = 'd'.repeat(1900);
 
@@ -60,7 +60,8 @@ test('a full disk: the journal fails, and a stop exits 1', async (t) => {
   // rejection ended the load process with nothing printed, and the test failed on its empty
   // output (1 CI run in about 10, 2026-11-29).
   const load = spawn(process.execPath, ['-e', `
-    const post = (id) => fetch('${url}/product', { method: 'POST', headers: { 'x-service-key': '${KEY_A}', 'content-type': 'application/json' }, body: JSON.stringify({ id, name: 'n', description: '${DESCRIPTION}' }) }).then((r) => r.status, () => -1);
+    const post = (id) => fetch('${url}/product', { method: 'POST', headers: { 'x-service-key': '${KEY_A}', 'content-type': 'application/json' }, body: JSON.stringify({ id, name: 'n', description: '${DESCRIPTION}' }) }).then((r) => { if (r.status === 200) ok.push(id); return r.status; }, () => -1);
+    const ok = [];
     (async () => {
       for (let i = 0; i < 200; i++) {
         if (await fetch('${url}/healthz').then((r) => r.ok, () => false)) break;
@@ -68,14 +69,26 @@ test('a full disk: the journal fails, and a stop exits 1', async (t) => {
       }
       let refused = 0;
       for (let i = 0; i < 500 && refused < 50; i++) refused += (await Promise.all(Array.from({ length: 16 }, (_, k) => post('full-' + i + '-' + k)))).filter((s) => s === 503).length;
-      const ready = (await fetch('${url}/readyz')).status;
-      process.stdout.write(JSON.stringify({ refused, ready }));
+      const ready = await fetch('${url}/readyz').then((r) => r.status, () => -1);
+      process.stdout.write(JSON.stringify({ refused, ready, ok }));
     })();
   `], { stdio: ['ignore', 'pipe', 'inherit'] });
   let loadOut = '';
   load.stdout.setEncoding('utf8').on('data', (d: string) => (loadOut += d));
   await new Promise((resolve) => load.once('close', resolve));
-  const { refused, ready } = JSON.parse(loadOut) as { refused: number; ready: number };
+  const { refused, ready, ok } = JSON.parse(loadOut) as { refused: number; ready: number; ok: string[] };
+  if (child.exitCode !== null || child.signalCode !== null) {
+    // lmdb-js itself can abort the process on ENOSPC: "Write error: No space left on device ...
+    // corrupted size vs. prev_size" from glibc, then SIGABRT, about 1 start in 12 here (an
+    // upstream native fault, README "Known flaky"; seen in a clean CI run, 2026-11-29 15:41).
+    // What must hold then too: every write answered 200 is in the journal.
+    const log = readFileSync(logFile, 'utf8');
+    assert.match(log, /No space left on device/, `the server died, and not of the full disk: ${log.slice(-600)}`);
+    t.diagnostic(`lmdb-js aborted the server on ENOSPC (exit ${child.exitCode}, signal ${child.signalCode}); checking the ${ok.length} writes answered 200`);
+    const journaled = new Set(exportLines(dataDir, 'events').map((e) => (e.data as { id: string }).id));
+    assert.deepEqual(ok.filter((id) => !journaled.has(id)), [], 'every write answered 200 is in the journal');
+    return;
+  }
   assert.ok(refused >= 50, 'the journal failed: the disk is full');
   assert.equal(ready, 503);
   child.kill('SIGTERM');
