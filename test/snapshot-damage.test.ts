@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { encodeRecords } from '../src/journal/record-bytes.ts';
+import { ENTRY_CUSTOMER } from '../src/journal/snapshot-format.ts';
 import { openStore } from '../src/journal/store.ts';
 import { serverCommand } from '../bench/lib/servers.ts';
 import { DEFAULT_KEYS, ROOT, startServer, tempDataDir } from './helpers/server.ts';
@@ -62,4 +63,14 @@ test('a snapshot chunk replaced by one that decodes but holds less: the start fa
   const { status, stderr } = start(dataDir);
   assert.notEqual(status, 0, 'started without the chunk\'s products');
   assert.match(stderr, new RegExp(`snapshot ${id}: \\d+ bytes of chunks, \\d+ written`), stderr);
+});
+
+test('a snapshot chunk that decodes but holds an entry of the wrong shape: the start fails naming the snapshot and the chunk', async () => {
+  const dataDir = await snapshotted();
+  // A customer entry whose attributes are a number, not a list: a TypeError in the loader,
+  // which named neither snapshot nor chunk before 2026-11-29 (a review).
+  const id = await damageChunk(dataDir, () => encodeRecords([[ENTRY_CUSTOMER, 0, 'c', 5]]));
+  const { status, stderr } = start(dataDir);
+  assert.notEqual(status, 0);
+  assert.match(stderr, new RegExp(`snapshot ${id}: chunk 1 holds an entry that cannot be loaded`), stderr);
 });

@@ -43,53 +43,59 @@ export function loadSnapshot(store: Store, meta: SnapshotMeta, workspaces: Works
     } catch (error) {
       throw new SnapshotCorrupt(`snapshot ${meta.id}: chunk ${chunks - 1} cannot be read (${(error as Error).message})`);
     }
-    for (const entry of entries) {
-      switch (entry[0]) {
-        case ENTRY_WORKSPACE:
-          names[entry[1]] = entry[2];
-          break;
-        case ENTRY_PROFILE:
-          profiles[entry[1]] = interner.intern(entry[2]);
-          break;
-        case ENTRY_DEVICE: {
-          found.devices++;
-          const [, wsIndex, did, sid, profileIndex, customer, loggedOut, tokens, anonymous] = entry;
-          const ws = wsOf(wsIndex);
-          const profile = profiles[profileIndex];
-          if (profile === undefined) throw new SnapshotCorrupt(`snapshot ${meta.id}: profile ${profileIndex} used before defined`);
-          const device = new DeviceActor(did, sid, profile, 0);
-          if (customer !== null) device.customer = ws.customer(customer);
-          device.loggedOut = loggedOut === 1;
-          device.tokens = tokens;
-          if (anonymous !== null) device.anonymous = new Map(anonymous.map(([name, type, value]) => [name, { type, value }]));
-          ws.devices.set(did, device);
-          break;
+    // A chunk that decodes but holds entries of the wrong shape: named too, not a bare TypeError.
+    try {
+      for (const entry of entries) {
+        switch (entry[0]) {
+          case ENTRY_WORKSPACE:
+            names[entry[1]] = entry[2];
+            break;
+          case ENTRY_PROFILE:
+            profiles[entry[1]] = interner.intern(entry[2]);
+            break;
+          case ENTRY_DEVICE: {
+            found.devices++;
+            const [, wsIndex, did, sid, profileIndex, customer, loggedOut, tokens, anonymous] = entry;
+            const ws = wsOf(wsIndex);
+            const profile = profiles[profileIndex];
+            if (profile === undefined) throw new SnapshotCorrupt(`snapshot ${meta.id}: profile ${profileIndex} used before defined`);
+            const device = new DeviceActor(did, sid, profile, 0);
+            if (customer !== null) device.customer = ws.customer(customer);
+            device.loggedOut = loggedOut === 1;
+            device.tokens = tokens;
+            if (anonymous !== null) device.anonymous = new Map(anonymous.map(([name, type, value]) => [name, { type, value }]));
+            ws.devices.set(did, device);
+            break;
+          }
+          case ENTRY_CUSTOMER: {
+            found.customers++;
+            const customer = wsOf(entry[1]).customer(entry[2]);
+            for (const [name, type, value] of entry[3]) customer.attributes.set(name, { type, value });
+            break;
+          }
+          case ENTRY_PRODUCT: {
+            found.products++;
+            const product = new CatalogProduct(entry[2], 0);
+            Object.assign(product.fields, entry[3]);
+            wsOf(entry[1]).catalog.products.set(product.id, product);
+            break;
+          }
+          case ENTRY_COLLECTION: {
+            found.collections++;
+            const collection = new CatalogCollection(entry[2], 0);
+            Object.assign(collection.fields, entry[3]);
+            for (const member of entry[4]) collection.members.add(member);
+            wsOf(entry[1]).catalog.collections.set(collection.id, collection);
+            break;
+          }
+          case ENTRY_KEYS:
+            keys?.restore(entry[1], nowSeconds);
+            break;
         }
-        case ENTRY_CUSTOMER: {
-          found.customers++;
-          const customer = wsOf(entry[1]).customer(entry[2]);
-          for (const [name, type, value] of entry[3]) customer.attributes.set(name, { type, value });
-          break;
-        }
-        case ENTRY_PRODUCT: {
-          found.products++;
-          const product = new CatalogProduct(entry[2], 0);
-          Object.assign(product.fields, entry[3]);
-          wsOf(entry[1]).catalog.products.set(product.id, product);
-          break;
-        }
-        case ENTRY_COLLECTION: {
-          found.collections++;
-          const collection = new CatalogCollection(entry[2], 0);
-          Object.assign(collection.fields, entry[3]);
-          for (const member of entry[4]) collection.members.add(member);
-          wsOf(entry[1]).catalog.collections.set(collection.id, collection);
-          break;
-        }
-        case ENTRY_KEYS:
-          keys?.restore(entry[1], nowSeconds);
-          break;
       }
+    } catch (error) {
+      if (error instanceof SnapshotCorrupt) throw error;
+      throw new SnapshotCorrupt(`snapshot ${meta.id}: chunk ${chunks - 1} holds an entry that cannot be loaded (${(error as Error).message})`);
     }
   }
   if (chunks !== meta.chunks) throw new SnapshotCorrupt(`snapshot ${meta.id}: ${chunks} of ${meta.chunks} chunks`);
