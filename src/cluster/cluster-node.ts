@@ -511,9 +511,13 @@ export class ClusterNode {
     if (clusterId === null) throw new Error(`cluster "${this.settings.cluster}" has no head row in PostgreSQL`);
     const mine = this.host.clusterId();
     const local = this.host.appliedSeq();
-    let refusal: Refusal | null;
-    if (mine !== null && mine !== clusterId) refusal = { reason: `it belongs to another cluster (identity ${mine}; cluster "${this.settings.cluster}" is ${clusterId})`, kind: 'another-cluster' };
-    else refusal = local === 0 ? null : await this.divergence(client, local, mine === null);
+    // Another cluster's identity: the refusal main.ts makes before anything is made, when it can.
+    const foreign = foreignDirectory(this.settings.cluster, mine, clusterId, local);
+    if (foreign !== null) {
+      this.prefixChecked = true;
+      throw foreign;
+    }
+    const refusal = local === 0 ? null : await this.divergence(client, local, mine === null);
     if (refusal === null) {
       if (mine === null) {
         await this.host.adoptClusterId(clusterId);

@@ -121,8 +121,9 @@ class ObjectErrors {
       // In the body's key order, as TypeBox reports them (the order of their details).
       let unknown = 0;
       for (const key of Object.getOwnPropertyNames(record)) {
-        if (this.byPointer.has(`/${escapePointer(key)}`)) continue;
-        yield { type: ValueErrorType.ObjectAdditionalProperties, schema: this.schema, path: `/${escapePointer(key)}`, value: record[key], message: '', errors: [] };
+        const path = `/${escapePointer(key)}`;
+        if (this.byPointer.has(path)) continue;
+        yield { type: ValueErrorType.ObjectAdditionalProperties, schema: this.schema, path, value: record[key], message: '', errors: [] };
         if (++unknown >= MAX_DETAILS) break;
       }
     }
