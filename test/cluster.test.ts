@@ -903,6 +903,38 @@ describe('cluster mode', () => {
     }
   });
 
+  test('another cluster\'s data directory started while PostgreSQL is unreachable: once it is back, refused (exit 1), and no cluster rows or lease are made', async () => {
+    // Until 2026-11-30 the identity check at start was skipped while PostgreSQL was away, and the
+    // election made the missing cluster's rows and took its lease before the replication loop
+    // compared identities (a review).
+    const x = cluster();
+    const a = await x.add();
+    await x.leader();
+    await writeProducts(a, 'x', 2);
+    assert.equal(await a.stop(), 0);
+    const own = await startOwnPostgres();
+    try {
+      await own.stop();
+      const wrong = cluster({}, own.url);
+      const node = await wrong.add({ dataDir: a.dataDir });
+      assert.equal((await node.request('/readyz', undefined, { key: null })).status, 503);
+      await own.start();
+      await until('the node to exit', async () => node.child.exitCode !== null, 15_000);
+      assert.equal(node.child.exitCode, 1);
+      assert.match(node.stderr(), new RegExp(`there is no cluster "${wrong.name}" in this PostgreSQL: check CLUSTER_POSTGRES_URL and CLUSTER_NAME`));
+      const rows = await withClient(own.url, async (client) => {
+        const made = await client.query<{ t: string | null }>(`SELECT to_regclass('intake_cluster.head') AS t`);
+        if (made.rows[0]!.t === null) return [];
+        return (await client.query('SELECT cluster FROM intake_cluster.head WHERE cluster = $1 UNION ALL SELECT cluster FROM intake_cluster.lease WHERE cluster = $1', [wrong.name])).rows;
+      });
+      assert.deepEqual(rows, [], 'no rows made for the cluster that does not exist');
+      // The directory is as it was: x's two products.
+      assert.equal(exportLines(a.dataDir, 'products').length, 2);
+    } finally {
+      await own.stop();
+    }
+  });
+
   test("a leader whose own disk fails ends (exit 1); another node takes over with every acknowledged write", async () => {
     const c = cluster();
     // The leader's LMDB file may not grow past this: its own copy fails, PostgreSQL's commits do not.

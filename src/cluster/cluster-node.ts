@@ -981,11 +981,25 @@ export class ClusterNode {
     let state = await this.leaseClient.use((client) => this.lease.read(client));
     this.leaseExpiresAtMs = state.live ? performance.now() + state.remainingMs : null;
     if (!state.exists) {
-      // PostgreSQL was unreachable at start (or the rows were removed): create them now.
+      // PostgreSQL was unreachable at start (or the rows were removed): create them now, but
+      // not for a directory of another cluster, which main.ts refuses before anything is made
+      // when PostgreSQL answers at start. Before, a node started while PostgreSQL was away made
+      // the rows of a cluster that did not exist, and took its lease, before its replication
+      // loop compared identities (found by a review).
+      const foreign = foreignDirectory(this.settings.cluster, this.host.clusterId(), null, this.host.appliedSeq());
+      if (foreign !== null) {
+        this.prefixChecked = true;
+        this.log.fatal({ err: foreign.message }, 'this node\'s journal is not a copy of the cluster\'s: stopping');
+        this.onFatal(foreign);
+        return;
+      }
       await this.leaseClient.use(async (client) => {
         await ensureSchema(client);
         await ensureClusterRows(client, this.settings.cluster);
       });
+      // The replication loop checks the directory against the rows now there; it may be
+      // waiting out a retry.
+      this.signal();
       state = await this.leaseClient.use((client) => this.lease.read(client));
     }
     this.epochNow = Math.max(this.epochNow, state.epoch);
@@ -999,6 +1013,10 @@ export class ClusterNode {
     // above: while the copy runs (or is retried) it knows the leader, forwards writes to it and
     // is ready; before, it stayed without a leader for as long as the copy took.
     if (this.host.pendingCopy() !== null) return;
+    // Nor before its directory was checked against the cluster (start() does it when
+    // PostgreSQL answers then; else the replication loop, once it does): a directory of another
+    // cluster must not take this one's lease on its way to being refused.
+    if (!this.prefixChecked) return;
     const sentAt = performance.now();
     // A new secret per epoch: a follower still holding an older one is refused (401) and reads the lease again.
     const secret = randomBytes(24).toString('base64url');
