@@ -6,7 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Authenticator } from '../auth/authenticator.ts';
 import { parseServiceKeys } from '../auth/key-store.ts';
-import { throwPointOnce, throwPointOnceHere } from '../config/fault-points.ts';
+import { blockPointOnce, throwPointOnce, throwPointOnceHere } from '../config/fault-points.ts';
 import { parseSettings } from '../config/settings.ts';
 import type { EdgeMessage, EdgeStart, GateState, StateMessage } from '../handoff/thread-messages.ts';
 import { buildBatchRoute } from '../http/batch.ts';
@@ -183,6 +183,8 @@ async function run(): Promise<void> {
         });
         return;
       case 'close':
+        // A stand-in for an edge stuck in a synchronous call as the process stops.
+        blockPointOnce('edge-close');
         // Every connection closed, then nothing keeps this thread's loop alive: it ends.
         void server.close().then(() => {
           post({ t: 'closed' });

@@ -26,8 +26,12 @@ import type { ForwardAdmission, ForwardReply } from '../cluster/forward-protocol
 const GATE_POLL_MS = 50;
 /** A scrape waits this long for every edge's share of /metrics. */
 const COLLECT_TIMEOUT_MS = 2_000;
-/** A stopping edge gets this long to close its connections and end. */
-const CLOSE_TIMEOUT_MS = 2_000;
+/**
+ * A stopping edge gets this long to close its connections and end (it takes milliseconds):
+ * under main.ts's EXIT_CLOSE_TIMEOUT_MS, so that a stuck edge is named in the log before the
+ * process exits (at 2 s it exited first, with no word of why Node aborted).
+ */
+const CLOSE_TIMEOUT_MS = 1_000;
 
 /**
  * A replacement edge that fails too (before it listened, or soon after) is started again after
@@ -440,6 +444,10 @@ export class EdgeThreads implements HttpServer {
         edge.post({ t: 'close' });
         const timer = new Promise<void>((done) => setTimeout(done, CLOSE_TIMEOUT_MS).unref());
         await Promise.race([ended, timer]);
+        // Stuck (a synchronous call that does not return): its connections stay open, and Node
+        // aborts (SIGABRT) when the process exits with them. Nothing can close them from this
+        // thread; the journal is closed by then. Said, so the abort has a cause in the log.
+        if (!edge.exited) this.options.log.error({ edge: edge.index, closeTimeoutMs: CLOSE_TIMEOUT_MS }, 'an edge thread did not close its connections in time (stuck): Node aborts as the process exits');
       }),
     );
   }
