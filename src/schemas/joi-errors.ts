@@ -168,6 +168,15 @@ function compareKeys(a: number[], b: number[]): number {
   return a.length - b.length;
 }
 
+/**
+ * Whether a schema error can become a detail (the first at its path does, unless a value check
+ * said something there first): attribute values are judged by their declared type in
+ * attribute-values.ts instead. validators.ts's ArrayErrors counts on this.
+ */
+export function makesDetail(error: ValueError): boolean {
+  return error.schema[MARK] !== 'attributeValue' || error.type === ValueErrorType.ObjectRequiredProperty;
+}
+
 /** How many raw errors are looked at before giving up on finding more distinct ones. */
 const MAX_RAW_ERRORS = 10_000;
 
@@ -200,8 +209,7 @@ export function toDetails(
       unknownKept.set(object, kept + 1);
     }
     if (++seen > MAX_RAW_ERRORS) break;
-    // Attribute values are judged by their declared type in attribute-values.ts.
-    if (error.schema[MARK] === 'attributeValue' && error.type !== ValueErrorType.ObjectRequiredProperty) continue;
+    if (!makesDetail(error)) continue;
     const path = pointerToPath(error.path);
     const id = path.join('\u0000');
     if (byPath.has(id)) continue;

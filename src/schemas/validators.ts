@@ -17,7 +17,7 @@ import {
   TrackEventBody,
   mappingBody,
 } from './endpoints.ts';
-import { toDetails } from './joi-errors.ts';
+import { makesDetail, toDetails } from './joi-errors.ts';
 
 // The details of a 422 are built from each error's type and schema (joi-errors.ts); TypeBox's own
 // message for an error is never read, so it is not built either (a 422 costs less).
@@ -66,7 +66,31 @@ interface PropertyCheck {
   pointer: string;
   schema: TSchema;
   check: TypeCheck<TSchema>;
+  /** The property's errors, paths relative to it (errorWalk). */
+  walk: ErrorWalk;
   required: boolean;
+}
+
+/** The schema errors of a value, paths relative to it, as TypeBox's Errors() lists them. */
+type ErrorWalk = (value: unknown) => Iterable<ValueError>;
+
+/**
+ * The errors of `schema`, walked by ObjectErrors or ArrayErrors where they fit (down to every
+ * level: a nested object's unknown keys and an array's failing elements are bounded as the
+ * body's own are), else by TypeBox's Errors(). Before 2026-11-30 only the body's own object was:
+ * 20,000 unknown keys in a launch's `info`, or 2,000 attribute entries each with 10, held the
+ * event loop 100 to 230 ms for a 422 (20 to 30 ms at the top level).
+ */
+function errorWalk(schema: TSchema, check: TypeCheck<TSchema>): ErrorWalk {
+  if (ObjectErrors.fits(schema)) {
+    const walker = new ObjectErrors(schema);
+    return (value) => walker.errors(value);
+  }
+  if (ArrayErrors.fits(schema)) {
+    const walker = new ArrayErrors(schema);
+    return (value) => walker.errors(value);
+  }
+  return (value) => check.Errors(value);
 }
 
 /**
@@ -95,7 +119,8 @@ class ObjectErrors {
     this.properties = Object.getOwnPropertyNames(props).map((key) => {
       const pointer = `/${escapePointer(key)}`;
       this.byPointer.set(pointer, props[key]!);
-      return { key, pointer, schema: props[key]!, check: TypeCompiler.Compile(props[key]!), required: required.has(key) };
+      const check = TypeCompiler.Compile(props[key]!);
+      return { key, pointer, schema: props[key]!, check, walk: errorWalk(props[key]!, check), required: required.has(key) };
     });
     // Unknown keys are found by errors() below, not by the shallow check: TypeBox reports every
     // one of them (about 2 µs each: 156 ms of a held event loop for a 1 MiB body of 90,000
@@ -131,7 +156,58 @@ class ObjectErrors {
       const value = record[p.key];
       if (!p.required && value === undefined) continue;
       if (p.check.Check(value)) continue;
-      for (const error of p.check.Errors(value)) yield { ...error, path: p.pointer + error.path };
+      for (const error of p.walk(value)) yield { ...error, path: p.pointer + error.path };
+    }
+  }
+}
+
+/**
+ * An array's errors, as TypeBox's Errors() lists them (its own, then each element's in order),
+ * but only until MAX_DETAILS elements have given an error that makes a detail: the details are
+ * ordered by position in the body, so a later element's could not make the answer (its path
+ * sorts after theirs). Only elements that fail their compiled check are walked.
+ */
+class ArrayErrors {
+  private readonly schema: TSchema;
+  private readonly itemCheck: TypeCheck<TSchema>;
+  private readonly itemWalk: ErrorWalk;
+
+  constructor(schema: TSchema) {
+    this.schema = schema;
+    this.itemCheck = TypeCompiler.Compile(schema.items as TSchema);
+    this.itemWalk = errorWalk(schema.items as TSchema, this.itemCheck);
+  }
+
+  /** Arrays of one item schema, without the checks TypeBox makes after the elements (uniqueItems, contains). */
+  static fits(schema: TSchema): boolean {
+    return (
+      schema[Kind] === 'Array' &&
+      typeof schema.items === 'object' &&
+      schema.uniqueItems === undefined &&
+      schema.contains === undefined &&
+      schema.minContains === undefined &&
+      schema.maxContains === undefined
+    );
+  }
+
+  *errors(value: unknown): Generator<ValueError> {
+    const schema = this.schema;
+    if (!Array.isArray(value)) {
+      yield { type: ValueErrorType.Array, schema, path: '', value, message: '', errors: [] };
+      return;
+    }
+    if (typeof schema.minItems === 'number' && !(value.length >= schema.minItems)) yield { type: ValueErrorType.ArrayMinItems, schema, path: '', value, message: '', errors: [] };
+    if (typeof schema.maxItems === 'number' && !(value.length <= schema.maxItems)) yield { type: ValueErrorType.ArrayMaxItems, schema, path: '', value, message: '', errors: [] };
+    let withDetails = 0;
+    for (let i = 0; i < value.length && withDetails < MAX_DETAILS; i++) {
+      const element: unknown = value[i];
+      if (this.itemCheck.Check(element)) continue;
+      let detailed = false;
+      for (const error of this.itemWalk(element)) {
+        if (!detailed && makesDetail(error)) detailed = true;
+        yield { ...error, path: `/${i}${error.path}` };
+      }
+      if (detailed) withDetails++;
     }
   }
 }
