@@ -12,6 +12,7 @@
 import { cpus } from 'node:os';
 import autocannon from 'autocannon';
 import { LAUNCH_BODY } from './lib/bodies.ts';
+import { pacedLoad } from './lib/paced.ts';
 import { cpuSeconds } from './lib/cpu.ts';
 import { metricValue, settledMemory } from './lib/memory.ts';
 import { printTable, runBench } from './lib/report.ts';
@@ -38,19 +39,42 @@ interface Sent {
   p99: number;
 }
 
-/** Track events, each with a fresh id in `header` (autocannon's [<id>]); `amount` requests or `seconds`. */
+/**
+ * Track events, each with a fresh id in `header`: `amount` requests as fast as they go
+ * (autocannon's [<id>]), or `seconds` at ratePerSec, steadily (paced.ts; until 2026-11-30
+ * autocannon's overallRate, which sends each second's quota in a burst).
+ */
 function trackEvents(server: RunningServer, did: string, header: string, limit: { amount: number } | { seconds: number }, title: string): Promise<Sent> {
+  const body = JSON.stringify({ did, name: 'product_view', timestamp: 1700000000000, info: [{ name: 'sku', value: 'A-1', type: 'string' }] });
+  if ('seconds' in limit) {
+    process.stderr.write(`${title}: ${ratePerSec}/s for ${limit.seconds} s, paced\n`);
+    const run = `${process.pid}-${Date.now()}`;
+    const bytes = Buffer.from(body);
+    return pacedLoad({
+      url: server.url,
+      headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json' },
+      connections,
+      ratePerSec,
+      seconds: limit.seconds,
+      perRequest: true,
+      request: (i) => ({ path: '/msv_cevt', body: bytes, headers: { [header]: `${run}-${i}` } }),
+    }).then((r) => {
+      const unexpected = r.requests - (r.statuses.get(200) ?? 0);
+      if (unexpected > 0 || r.errors > 0) throw new Error(`${title}: ${unexpected} non-200, ${r.errors} unanswered`);
+      return { requests: r.requests, reqPerSec: r.rps, p99: r.p99 };
+    });
+  }
   return new Promise((resolve, reject) => {
     const instance = autocannon(
       {
         url: `${server.url}/msv_cevt`,
         method: 'POST',
-        connections: 'amount' in limit ? 128 : connections,
-        ...('amount' in limit ? { amount: limit.amount } : { duration: limit.seconds, overallRate: ratePerSec }),
+        connections: 128,
+        amount: limit.amount,
         idReplacement: true,
         title,
         headers: { 'x-service-key': BENCH_KEY, 'content-type': 'application/json', [header]: '[<id>]' },
-        body: JSON.stringify({ did, name: 'product_view', timestamp: 1700000000000, info: [{ name: 'sku', value: 'A-1', type: 'string' }] }),
+        body,
       },
       (error, r) =>
         error ? reject(error) : r.non2xx > 0 || r.errors > 0 ? reject(new Error(`${title}: ${r.non2xx} non-2xx, ${r.errors} errors`)) : resolve({ requests: r.requests.total, reqPerSec: r.requests.average, p99: r.latency.p99 }),

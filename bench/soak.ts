@@ -12,7 +12,7 @@
 // - memory (issue 12): anonymous RSS and the V8 heap after its last major GC.
 // Each window's figures (with the CPU seconds of every server thread) go to stderr as JSON lines;
 // the results go to bench/results/<date>-soak.md (SOAK_RESULTS_FILE: elsewhere).
-//   npm run bench:soak -- [minutes=10] [ratePerSec=0 (0: as fast as it goes)] [warmUpSec=60]
+//   npm run bench:soak -- [minutes=10] [ratePerSec=0 (0: as fast as it goes; else steady, paced.ts)] [warmUpSec=60]
 // SOAK_SINKS=0: no sinks. SOAK_DATA_DIR=dir: start the server on that data directory (for
 // example one whose journal is already big, to compare with a fresh one) and keep it.
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { open } from 'lmdb';
 import { LAUNCH_INFO } from './lib/bodies.ts';
+import { pacedLoad } from './lib/paced.ts';
 import { cpuSeconds } from './lib/cpu.ts';
 import { metricValue, rssAnonBytes } from './lib/memory.ts';
 import { printTable, runBench } from './lib/report.ts';
@@ -117,13 +118,36 @@ function workload(dids: readonly string[]): () => { method: 'POST' | 'DELETE'; p
 type Built = { method: 'POST' | 'DELETE'; path: string; body?: string; headers: Record<string, string> };
 
 function window(server: RunningServer, build: () => Built): Promise<{ requests: number; p50: number; p99: number; non2xx: number; errors5xx: number }> {
+  if (ratePerSec > 0) {
+    // A steady rate (paced.ts): until 2026-11-30 autocannon's overallRate, which sends each
+    // second's quota in a burst.
+    return pacedLoad({
+      url: server.url,
+      headers: {},
+      connections: CONNECTIONS,
+      ratePerSec,
+      seconds: WINDOW_SEC,
+      perRequest: true,
+      request: () => {
+        const req = build();
+        return { method: req.method, path: req.path, body: Buffer.from(req.body ?? ''), headers: req.headers };
+      },
+    }).then((r) => {
+      let non2xx = 0;
+      let errors5xx = r.errors;
+      for (const [status, count] of r.statuses) {
+        if (status < 200 || status > 299) non2xx += count;
+        if (status >= 500) errors5xx += count;
+      }
+      return { requests: r.requests, p50: r.p50, p99: r.p99, non2xx, errors5xx };
+    });
+  }
   return new Promise((resolve, reject) => {
     autocannon(
       {
         url: server.url,
         connections: CONNECTIONS,
         duration: WINDOW_SEC,
-        ...(ratePerSec > 0 ? { overallRate: ratePerSec } : {}),
         requests: [{ setupRequest: (req) => ({ ...req, ...build() }) }],
       },
       (error, r) => {

@@ -12,6 +12,10 @@ import { percentile } from './stats.ts';
 export interface PacedRequest {
   path: string;
   body: Buffer;
+  /** Default POST. */
+  method?: 'POST' | 'DELETE';
+  /** Headers of this request alone, beside PacedOptions.headers. */
+  headers?: Record<string, string>;
 }
 
 export interface PacedOptions {
@@ -21,8 +25,12 @@ export interface PacedOptions {
   connections: number;
   ratePerSec: number;
   seconds: number;
-  /** Request i's path and body (called POOL_SIZE times before the run). */
+  /**
+   * Request i (called POOL_SIZE times before the run, the bodies then sent round robin; with
+   * `perRequest`, once for every request as it is sent: fresh Idempotency-Keys, a random mix).
+   */
   request: (i: number) => PacedRequest;
+  perRequest?: boolean;
 }
 
 export interface PacedResult {
@@ -57,10 +65,12 @@ export function pacedLoad(options: PacedOptions): Promise<PacedResult> {
   const host = target.hostname;
   const port = Number(target.port);
   const headerText = Object.entries(options.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-  const pool = Array.from({ length: POOL_SIZE }, (_, i) => {
-    const { path, body } = options.request(i);
-    return Buffer.concat([Buffer.from(`POST ${path} HTTP/1.1\r\nhost: ${target.host}\r\n${headerText}content-length: ${body.length}\r\n\r\n`), body]);
-  });
+  const bytesOf = (i: number): Buffer => {
+    const { path, body, method = 'POST', headers } = options.request(i);
+    const own = headers === undefined ? '' : Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    return Buffer.concat([Buffer.from(`${method} ${path} HTTP/1.1\r\nhost: ${target.host}\r\n${headerText}${own}content-length: ${body.length}\r\n\r\n`), body]);
+  };
+  const pool = options.perRequest === true ? [] : Array.from({ length: POOL_SIZE }, (_, i) => bytesOf(i));
   const total = Math.round(options.ratePerSec * options.seconds);
   const latencies = new Float64Array(total);
   const statuses = new Map<number, number>();
@@ -90,7 +100,7 @@ export function pacedLoad(options: PacedOptions): Promise<PacedResult> {
     };
     const send = (c: Connection, dueAtMs: number): void => {
       c.dueAtMs = dueAtMs;
-      c.socket.write(pool[sent % POOL_SIZE]!);
+      c.socket.write(options.perRequest === true ? bytesOf(sent) : pool[sent % POOL_SIZE]!);
       sent++;
     };
     const free = (c: Connection): void => {
