@@ -279,8 +279,26 @@ describe('POST /batch', () => {
       );
       const launches = exportLines(dataDir, 'events', '--kind', 'app_launch');
       assert.equal(launches.length, 1, 'one device');
+      // Another batch under the key after the restart: 422, nothing applied (until 2026-11-30 it
+      // ran as a new batch: the key was held in memory only, with its answer).
+      const eventsBefore = exportLines(dataDir, 'events').length;
+      const other = await sendBatch(restarted, [product('rb-other')], key);
+      assert.equal(other.status, 422, other.text);
+      assert.deepEqual((other.body as unknown as { details: Array<{ type: string; path: string[] }> }).details.map((d) => [d.type, d.path]), [['idempotency.reused', ['headers', 'idempotency-key']]]);
+      assert.equal(exportLines(dataDir, 'events').length, eventsBefore, 'nothing journaled');
+      // A batch whose items were all refused journaled nothing: its key is not kept past a restart.
+      const refusedKey = { 'idempotency-key': 'restart-batch-refused' };
+      assert.deepEqual(statuses((await sendBatch(restarted, [{ method: 'POST', path: '/product', body: { id: 'bad' } }], refusedKey)).body.results), [422]);
     } finally {
       await restarted.stop();
+    }
+    // And after a crash of the server that had only replayed it: still known.
+    const again = await startServer({ dataDir });
+    try {
+      assert.equal((await sendBatch(again, [product('rb-other-2')], key)).status, 422);
+      assert.equal(exportLines(dataDir, 'products').some((p) => p.id === 'rb-other-2'), false);
+    } finally {
+      await again.stop();
     }
   });
 
@@ -485,6 +503,27 @@ describe('POST /batch in cluster mode', () => {
     await until('the follower to apply the batches', async () => (await b.status()).appliedSeq === applied);
     assert.deepEqual(exportLines(b.dataDir, 'collections'), exportLines(a.dataDir, 'collections'));
     assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['f1', 'l1']);
+  });
+
+  test('a whole-batch Idempotency-Key outlives a leader change: the new leader refuses another batch under it (422, nothing applied) and replays the first batch\'s items', async () => {
+    // Until 2026-11-30 the batch's key lived only in the old leader's memory, with its answer.
+    const c = cluster();
+    const a = await c.add();
+    assert.equal(await c.leader(), a);
+    const b = await c.add();
+    const key = { 'idempotency-key': 'failover-batch' };
+    const requests: Item[] = [product('fo1'), { method: 'POST', path: '/product', body: { id: 'fo-bad' } }];
+    const first = await results(a, requests, key);
+    assert.deepEqual(statuses(first), [200, 422]);
+    const applied = (await a.status()).appliedSeq;
+    await until('the follower to apply the batch', async () => (await b.status()).appliedSeq === applied);
+    await a.kill();
+    assert.equal(await c.leader(15_000), b);
+    const other = await sendBatch(b, [product('fo-other')], key);
+    assert.equal(other.status, 422, other.text);
+    const retry = await results(b, requests, key);
+    assert.deepEqual(retry.map((r) => [r.status, r.replayed ?? false]), [[200, true], [422, false]]);
+    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['fo1'], 'nothing applied twice, the other batch not at all');
   });
 });
 

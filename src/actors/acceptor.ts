@@ -23,6 +23,11 @@ export interface Reply extends CommitWaiter {
   readonly idempotency: IdempotencyClaim | null;
   /** A retry: once durable, answer 200 with `answer()` and `idempotent-replayed: true`. */
   replay(answer: () => string): void;
+  /**
+   * A batch item: its batch's own Idempotency-Key (the header), the first time an item of that
+   * batch is journaled, else null. It rides in that item's record beside the item's own key.
+   */
+  batchKey?(): IdempotencyClaim | null;
 }
 
 /** What retries did since start, for /metrics. */
@@ -69,10 +74,15 @@ export class Acceptor {
   private append(record: JournalRecord, reply: Reply, body: string): void {
     reply.succeed(body);
     const claim = reply.idempotency;
+    // A keyed batch's own key travels in its first journaled item's record, after that item's
+    // own (every item of a keyed batch has one): it survives a restart and a leader change as
+    // the item's key does (CONTRACT.md §10), so that another batch under it gets 422 then too.
+    const batchClaim = claim === null ? null : (reply.batchKey?.() ?? null);
     // One record, one fsync: the key travels in the write's own record.
-    if (claim !== null) record.idem = claim.recordBytes();
+    if (claim !== null) record.idem = batchClaim === null ? claim.recordBytes() : Buffer.concat([claim.recordBytes(), batchClaim.recordBytes()]);
     const seq = this.journal.append(record, reply);
     if (claim !== null && seq !== 0) this.keys.remember(claim, seq, record.at);
+    if (batchClaim !== null && seq !== 0) this.keys.remember(batchClaim, seq, record.at);
   }
 
   /**

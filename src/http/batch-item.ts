@@ -20,6 +20,8 @@ export interface ItemOwner {
   decided(item: BatchItem): void;
   /** The item's answer is known (called once). */
   final(item: BatchItem): void;
+  /** The batch's own key, the first time one of its items is journaled, else null (acceptor.ts). */
+  takeBatchKey(): IdempotencyClaim | null;
   readonly log: Logger;
   readonly requestId: string;
 }
@@ -94,6 +96,10 @@ export class BatchItem implements WriteRequest {
   replay(answer: () => string): void {
     this.replayAnswer = answer;
     this.decide();
+  }
+
+  batchKey(): IdempotencyClaim | null {
+    return this.owner.takeBatchKey();
   }
 
   committed(): void {

@@ -19,6 +19,7 @@
 // the catalog actor, exactly as a small mapping request sent alone is.
 import type { Settings } from '../config/settings.ts';
 import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
+import type { KeyTable } from '../idempotency/key-table.ts';
 import { SUCCESS_BODY, type RetryCounts } from '../actors/acceptor.ts';
 import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { detail } from '../schemas/details.ts';
@@ -45,6 +46,12 @@ export interface BatchDependencies {
   settings: Pick<Settings, 'batchMaxItems' | 'bodyLimitBytes' | 'mappingBodyLimitBytes' | 'batchBodyLimitBytes' | 'idempotencyWindowSeconds' | 'idempotencyMaxKeys'>;
   /** Where replays and conflicts are counted for /metrics (the state thread's; absent on an edge). */
   retries?: RetryCounts;
+  /**
+   * The remembered Idempotency-Keys (the state thread's; absent on an edge): a batch's own key
+   * is one of them once an item of the batch is journaled, so that it outlives the answers kept
+   * in memory (a restart, a leader change, their limits).
+   */
+  keys?: KeyTable;
   /** The write routes an item may name. */
   routes: readonly WriteRoute[];
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
@@ -150,6 +157,8 @@ class BatchRun implements ItemOwner {
     private readonly batchKey: string | null,
     /** The batch's entry in the answers kept for its key (null: no key, or keys are off). */
     private readonly answerEntry: BatchEntry | null,
+    /** The batch's own key (null: none, or keys are off), until an item's record carries it. */
+    private unjournaledClaim: IdempotencyClaim | null,
   ) {
     this.log = context.deps.log;
     this.requestId = request.requestId;
@@ -178,6 +187,12 @@ class BatchRun implements ItemOwner {
     // Not from inside this call: the actor appends the item's journal record right after
     // deciding it, and the next item's record must come after it.
     queueMicrotask(this.run);
+  }
+
+  takeBatchKey(): IdempotencyClaim | null {
+    const claim = this.unjournaledClaim;
+    this.unjournaledClaim = null;
+    return claim;
   }
 
   final(item: BatchItem): void {
@@ -317,7 +332,17 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
         const claim = answers === null || deps.gate.refusal() !== null ? null : batch.idempotency;
         const earlier = claim === null ? null : answers!.lookup(claim, Date.now());
         if (earlier === null || claim === null) {
-          new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now())).run();
+          // Its answer is no longer held (a restart, a leader change, the memory's limits), but
+          // the key is remembered with the record of the batch's first journaled item: another
+          // batch under it gets 422 and applies nothing. The same batch runs again: its
+          // journaled items are replayed from their own keys (before 2026-11-30 another batch
+          // under the key then ran as a new one: found by a review of §10 and §13).
+          const n = claim === null || deps.keys === undefined ? -1 : deps.keys.find(claim, Math.floor(Date.now() / 1000));
+          if (n >= 0 && !deps.keys!.sameRequest(n, claim!)) {
+            if (deps.retries !== undefined) deps.retries.conflicts++;
+            return batch.invalid([detail.idempotencyReused(claim!.key)]);
+          }
+          new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now()), n >= 0 ? null : claim).run();
           return;
         }
         if (earlier.kind === 'reused') {

@@ -4,7 +4,7 @@
 import { applyRecord } from '../actors/apply.ts';
 import type { ProfileInterner } from '../actors/interner.ts';
 import type { Workspaces } from '../actors/workspace.ts';
-import { keyHashOf, type KeyTable } from '../idempotency/key-table.ts';
+import { keyHashOf, RECORD_BYTES, type KeyTable } from '../idempotency/key-table.ts';
 import { Journal } from './journal.ts';
 import type { JournalRecord } from './records.ts';
 import { loadSnapshot } from './snapshot-loader.ts';
@@ -109,7 +109,10 @@ export function keptSinceMs(keys: KeyTable | null): number {
  */
 export function replayRecord(workspaces: Workspaces, interner: ProfileInterner, keys: KeyTable | null, seq: number, record: JournalRecord, keptSince: number): void {
   applyRecord(workspaces, interner, record);
-  if (keys !== null && record.idem !== undefined && record.at >= keptSince) keys.remember(keyHashOf(record.idem), seq, record.at);
+  if (keys === null || record.idem === undefined || record.at < keptSince) return;
+  keys.remember(keyHashOf(record.idem), seq, record.at);
+  // The first journaled item of a keyed batch carries the batch's key too (acceptor.ts).
+  if (record.idem.length >= 2 * RECORD_BYTES) keys.remember(keyHashOf(record.idem.subarray(RECORD_BYTES, 2 * RECORD_BYTES)), seq, record.at);
 }
 
 function brokenSequence(store: Store, previous: number, seq: number, dataDir: string | null): JournalGap {
