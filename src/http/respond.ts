@@ -29,37 +29,54 @@ function writeCorked(): void {
   res.writeHeader(H_CONTENT_TYPE, slotType === JSON_TYPE ? JSON_TYPE_BYTES : slotType);
   res.writeHeader(H_REQUEST_ID, slotRequestId);
   if (slotHeader !== null) res.writeHeader(slotHeader, slotHeaderValue);
-  if (slotBody.length < PACED_FROM_CHARS || slotClose) res.end(slotBody === SUCCESS_BODY ? SUCCESS_BYTES : slotBody, slotClose);
-  else endAsDrained(res, Buffer.from(slotBody));
+  if (slotClose) res.end(slotBody === SUCCESS_BODY ? SUCCESS_BYTES : slotBody, true);
+  else if (slotBody === SUCCESS_BODY) endAsDrained(res, SUCCESS_BYTES, SUCCESS_BYTES.byteLength);
+  else endAsDrained(res, slotBody, slotBody.length < PLAIN_BYTES_UP_TO ? byteLengthOf(slotBody) : Buffer.byteLength(slotBody));
 }
 
 /**
- * Bodies from this many characters (GET /openapi.json, /metrics, a batch's results) are sent
- * with tryEnd: what the socket does not take goes as it drains. end() copied it into uWS's own
- * buffer, without limit: one connection that pipelined 20,000 `GET /openapi.json` (680 KB of
- * requests, no key needed, 67 KB an answer) and read nothing made the server hold 1.3 GB of
- * answers for it (found by a review, 2026-11-29). Smaller answers are no bigger than the
- * requests that asked for them. A request pipelined behind such an answer still being sent
- * closes the connection (uWS), cutting that answer off: pipelining clients read as they go.
+ * Every answer is sent with tryEnd: what the socket does not take goes as it drains. end()
+ * copied it into uWS's own buffer, without limit: one connection that pipelined 20,000
+ * `GET /openapi.json` (680 KB of requests, no key needed, 67 KB an answer) and read nothing made
+ * the server hold 1.3 GB of answers for it (found by a review, 2026-11-29), and 2,000,000
+ * pipelined `GET /healthz` (34 bytes each, a 170-byte answer) 290 MB (a review, 2026-11-30: until
+ * then answers under 16 Ki characters still went through end()). A request pipelined behind an
+ * answer still being sent closes the connection (uWS), cutting that answer off: pipelining
+ * clients read as they go.
  */
-const PACED_FROM_CHARS = 16 * 1024;
+
+/** Bodies shorter than this are measured by a loop (ASCII is one byte a character). */
+const PLAIN_BYTES_UP_TO = 256;
+
+/** UTF-8 length of a short string: Buffer.byteLength's native call costs more for these. */
+function byteLengthOf(s: string): number {
+  const n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    return Buffer.byteLength(s);
+  }
+  return n;
+}
 
 /**
  * Ends `res` with `body`, the part the socket cannot take now sent as it drains. The response
  * stays pending until then, and uWS closes a connection that sends another request while one
  * is pending: a client that pipelines without reading is cut off, not buffered for.
  */
-function endAsDrained(res: HttpResponse, body: Buffer): void {
+function endAsDrained(res: HttpResponse, body: string | ArrayBuffer, byteLength: number): void {
   const startOffset = res.getWriteOffset();
-  const [ok, done] = res.tryEnd(body, body.length);
+  const [ok, done] = res.tryEnd(body, byteLength);
   if (ok || done) return;
+  // The rest goes as bytes: the offsets uWS gives count bytes.
+  const bytes = typeof body === 'string' ? Buffer.from(body) : Buffer.from(body);
   let aborted = false;
   res.onAborted(() => {
     aborted = true;
   });
   res.onWritable((offset) => {
     if (aborted) return true;
-    const [written, finished] = res.tryEnd(body.subarray(offset - startOffset), body.length);
+    const [written, finished] = res.tryEnd(bytes.subarray(offset - startOffset), byteLength);
     return written || finished;
   });
 }
