@@ -117,6 +117,28 @@ function singleNodeGate(journal: Journal): WriteGate {
 }
 
 /**
+ * `gate`, and a refusal (503, Retry-After: 1) while `maxRecords` accepted writes wait for their
+ * commit: a stalled fsync (or PostgreSQL, in cluster mode) must not let them pile up in memory.
+ * With HTTP_THREADS=1 nothing else bounds them (the edges' queue does with more): clients that
+ * time out and retry grew a server by 17 MB a second, /readyz 200 throughout (a review).
+ */
+function pendingLimited(gate: WriteGate, journal: Journal, maxRecords: number): WriteGate {
+  const waiting = (): string | null => {
+    const pending = journal.lastAppendedSeq - journal.durableSeq;
+    return pending < maxRecords ? null : `${pending} accepted writes are waiting for their journal commit (JOURNAL_MAX_PENDING_RECORDS ${maxRecords}): the disk (or, in cluster mode, PostgreSQL) is slow or stalled`;
+  };
+  return {
+    refusal: () => {
+      const refusal = gate.refusal();
+      if (refusal !== null) return refusal;
+      const message = waiting();
+      return message === null ? null : { message, retryAfterSeconds: 1 };
+    },
+    notReady: () => gate.notReady() ?? waiting(),
+  };
+}
+
+/**
  * A cluster node applies writes while it leads with the whole journal applied and its lease held
  * (the state side's gate; its edges forward writes while it follows: cluster/forwarding-gate.ts).
  */
@@ -323,9 +345,9 @@ async function main(): Promise<void> {
   const rateLimits: RateLimiter = edgeThreads && settings.rateLimitPerSecond > 0 ? SharedRateLimits.create(settings.rateLimitPerSecond, settings.rateLimitBurst) : new RateLimits(settings.rateLimitPerSecond, settings.rateLimitBurst);
   metrics.watchRateLimits(rateLimits);
   // The state side applies writes only where it may: a single node until its journal fails, the leader.
-  const stateGate = node === null ? singleNodeGate(journal) : clusterGate(node);
+  const stateGate = pendingLimited(node === null ? singleNodeGate(journal) : clusterGate(node), journal, settings.journalMaxPendingRecords);
   // POST /batch runs its items through the write routes above (CONTRACT.md §13), on the state side.
-  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log, retries: intake.retries })];
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log, retries: intake.retries, keys })];
   const openApiJson = JSON.stringify(buildOpenApi(routes, version));
   const clusterStatus = node === null ? null : () => Promise.resolve(JSON.stringify(node!.status()));
   const executor = new CommandExecutor(routes, workspaces, stateGate, settings, log);

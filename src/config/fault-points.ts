@@ -11,12 +11,16 @@
 //   for a synchronous call that hangs (a stalled disk), once per test.
 // - INTAKE_TEST_FAIL_FOR=<name>:<ms>: from the first time this process reaches the point of that
 //   name, it throws there for <ms> (a stand-in for a connection that keeps failing).
+// - INTAKE_TEST_STALL_ONCE=<name>:<ms>:<file>: the first time a thread reaches the point of that
+//   name (while <file> does not exist: it creates it), the caller waits <ms> there, its event
+//   loop free (a stand-in for an fsync that stalls).
 import { existsSync, writeFileSync } from 'node:fs';
 
 const killPoint = process.env.INTAKE_TEST_SIGKILL_AT ?? '';
 const throwOnce = process.env.INTAKE_TEST_THROW_ONCE ?? '';
 const blockOnce = process.env.INTAKE_TEST_BLOCK_ONCE ?? '';
 const failFor = process.env.INTAKE_TEST_FAIL_FOR ?? '';
+const stallOnce = process.env.INTAKE_TEST_STALL_ONCE ?? '';
 /** performance.now() until which the INTAKE_TEST_FAIL_FOR point fails (null: not reached yet). */
 let failingUntilMs: number | null = null;
 
@@ -63,6 +67,15 @@ export function blockPointOnce(name: string): void {
   const ms = Number(rest.slice(0, colon));
   if (colon < 0 || !Number.isFinite(ms) || !claimMarker(rest.slice(colon + 1))) return;
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** The ms the caller waits here if INTAKE_TEST_STALL_ONCE names this point and has not fired yet (it fires now), else 0. */
+export function stallPointOnce(name: string): number {
+  if (!stallOnce.startsWith(`${name}:`)) return 0;
+  const rest = stallOnce.slice(name.length + 1);
+  const colon = rest.indexOf(':');
+  const ms = Number(rest.slice(0, colon));
+  return colon < 0 || !Number.isFinite(ms) || !claimMarker(rest.slice(colon + 1)) ? 0 : ms;
 }
 
 /** Throws (the caller's promise rejects) while INTAKE_TEST_FAIL_FOR's time for this point runs. */

@@ -21,6 +21,7 @@
 import { asBinary, IF_EXISTS, type Database } from 'lmdb';
 import { encodeRecords } from './record-bytes.ts';
 import type { JournalRecord } from './records.ts';
+import { stallPointOnce } from '../config/fault-points.ts';
 
 /** Told when the batch holding its record (or the writes it observed) is durable, or is not. */
 export interface CommitWaiter {
@@ -442,9 +443,12 @@ export class Journal {
   private write(batch: Batch, previous: Batch | undefined, remote: RemoteCommit | null): void {
     const startedAt = performance.now();
     const term = this.term;
+    const stallMs = stallPointOnce('journal-commit');
     const written =
       remote === null
-        ? this.writeLocal(batch, previous)
+        ? stallMs === 0
+          ? this.writeLocal(batch, previous)
+          : new Promise<void>((resolve) => setTimeout(resolve, stallMs)).then(() => this.writeLocal(batch, previous))
         : this.encoded(batch).then((bytes) => remote(batch.firstSeq, batch.records, bytes)).then(
             () => {
               // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
