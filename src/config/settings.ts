@@ -19,6 +19,7 @@ export interface Settings {
   journalMaxBatchRecords: number;
   journalMaxCommitsInFlight: number;
   journalMaxPendingRecords: number;
+  bodiesHeldMaxBytes: number;
   commitMode: 'group' | 'sync';
   snapshotIntervalMs: number;
   snapshotEveryRecords: number;
@@ -88,6 +89,7 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'batchMaxItems', env: 'BATCH_MAX_ITEMS', flag: '--batch-max-items', kind: 'integer', defaultValue: 1000, min: 1, max: 100_000, description: 'most items (writes) in one POST /batch; more is 422 array.max on requests' },
   { key: 'batchBodyLimitBytes', env: 'BATCH_BODY_LIMIT_BYTES', flag: '--batch-body-limit-bytes', kind: 'integer', defaultValue: 4 * MiB, min: 1024, max: MAX_BODY_BYTES, description: 'request body limit of POST /batch (inflated size too); each item is also held to the limit of its own endpoint' },
   { key: 'journalMaxBatchRecords', env: 'JOURNAL_MAX_BATCH_RECORDS', flag: '--journal-max-batch-records', kind: 'integer', defaultValue: 8192, min: 1, max: 1_000_000, description: 'most journal records committed in one LMDB write (group commit)' },
+  { key: 'bodiesHeldMaxBytes', env: 'BODIES_HELD_MAX_BYTES', flag: '--bodies-held-max-bytes', kind: 'integer', defaultValue: 268_435_456, min: 1, max: 17_179_869_184, description: 'bytes of request bodies one HTTP thread holds while they arrive (a body counts from its declared content-length, or as it comes); beyond that, 503 ServiceUnavailableError with Retry-After: 1 before the body is read (a body without a declared length: once it is, connection closed); one body is always taken while none is held' },
   { key: 'journalMaxPendingRecords', env: 'JOURNAL_MAX_PENDING_RECORDS', flag: '--journal-max-pending-records', kind: 'integer', defaultValue: 32_768, min: 1, max: 10_000_000, description: 'writes accepted and not yet durable (waiting for their journal commit: a slow or stalled disk, or PostgreSQL in cluster mode); beyond that, 503 ServiceUnavailableError with Retry-After: 1, nothing applied, and /readyz 503, until commits catch up' },
   { key: 'journalMaxCommitsInFlight', env: 'JOURNAL_MAX_COMMITS_IN_FLIGHT', flag: '--journal-max-commits-in-flight', kind: 'integer', defaultValue: 1, min: 1, max: 64, description: 'journal batches handed to LMDB and not yet durable; while that many are, the open batch keeps growing and a batch that fills waits, closed, for its turn' },
   { key: 'commitMode', env: 'COMMIT_MODE', flag: '--commit-mode', kind: 'string', defaultValue: 'group', choices: ['group', 'sync'], description: 'group: writes of one event-loop turn share one fsync (fast); sync: each write is fsync\'d before its request handler returns (one fsync per write, but clients may pipeline writes)' },

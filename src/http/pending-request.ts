@@ -8,6 +8,7 @@ import type { Workspace, Workspaces } from '../actors/workspace.ts';
 import type { Answer, CommandKind } from '../handoff/frames.ts';
 import { bodyFingerprint, type IdempotencyClaim } from '../idempotency/claim.ts';
 import { BodyBuffer } from './body-buffer.ts';
+import { bodiesHeldMessage, type HeldBodies } from './held-bodies.ts';
 import type { ValidationDetail } from '../schemas/details.ts';
 import { BodyTooDeepError } from '../schemas/validators.ts';
 import type { Logger } from '../telemetry/logger.ts';
@@ -101,6 +102,8 @@ export interface RequestEnvironment {
   link: StateLink | null;
   /** The keys as they are now: a key revoked while its request's body was arriving is refused when the body is complete. */
   auth: { workspaceOf(key: string): string | null };
+  /** The bytes of bodies this thread holds while they arrive, and their limit. */
+  bodies: HeldBodies;
 }
 
 /** A request of `env` is answered or aborted: graceful stop waits for none to be in flight. */
@@ -131,6 +134,8 @@ export class PendingRequest extends WriteCall {
   private chunks: BodyBuffer | null = null;
   /** Set once the body grew past the limit: the rest is read and thrown away, then 413. */
   private drain: Drain | null = null;
+  /** Bytes of env.bodies this request holds: its declared length (taken by the caller), or what came. */
+  private heldBytes: number;
 
   constructor(
     res: HttpResponse,
@@ -144,10 +149,14 @@ export class PendingRequest extends WriteCall {
     idempotency: IdempotencyClaim | null,
     requestId: string,
     serviceKey: string,
-    /** The declared content-length (0: none, chunked), at most limitBytes: the body buffer's first size. */
+    /**
+     * The declared content-length (0: none, chunked), at most limitBytes: the body buffer's first
+     * size, already taken from env.bodies by the caller.
+     */
     private readonly declaredBytes = 0,
   ) {
     super(route, param, Date.now(), limitBytes, encoding, idempotency, requestId, env.log);
+    this.heldBytes = declaredBytes;
     this.res = res;
     this.workspaceName = workspaceName;
     this.startedAt = startedAt;
@@ -173,6 +182,7 @@ export class PendingRequest extends WriteCall {
 
   private readonly onAborted = (): void => {
     this.aborted = true;
+    this.releaseBody();
     this.drain?.abort();
     // An aborted request is no longer waited for; its write (if dispatched) still commits.
     if (!this.done) this.leave();
@@ -182,6 +192,12 @@ export class PendingRequest extends WriteCall {
     leaveRequest(this.env);
   }
 
+  /** Gives this request's bytes back to env.bodies (once: every later call gives 0). */
+  private releaseBody(): void {
+    this.env.bodies.give(this.heldBytes);
+    this.heldBytes = 0;
+  }
+
   private readonly onData = (chunk: ArrayBuffer, isLast: boolean): void => {
     if (this.drain !== null) return this.drain.data(chunk.byteLength, isLast);
     if (this.done) return;
@@ -189,10 +205,25 @@ export class PendingRequest extends WriteCall {
     if (this.received > this.limitBytes) {
       // Keep nothing more; read and throw away the rest (drain.ts), then 413 and close.
       this.chunks = null;
+      this.releaseBody();
       this.drain = new Drain(this.limitBytes, () => this.answerError(ERRORS.payloadTooLarge, undefined, { close: true }));
       this.drain.data(0, isLast);
       return;
     }
+    if (!isLast && this.received > this.heldBytes) {
+      // More than it declared (chunked): taken as it comes, or refused past the thread's limit
+      // (503 once the rest is read and thrown away, the connection closed).
+      if (!this.env.bodies.take(this.received - this.heldBytes, this.heldBytes)) {
+        this.chunks = null;
+        this.releaseBody();
+        const message = bodiesHeldMessage(this.env.bodies.maxBytes);
+        this.drain = new Drain(this.limitBytes, () => this.answerError(ERRORS.serviceUnavailable, message, { close: true, header: ['retry-after', '1'] }));
+        this.drain.data(0, isLast);
+        return;
+      }
+      this.heldBytes = this.received;
+    }
+    if (isLast) this.releaseBody();
     if (!isLast) {
       // uWS reuses the chunk's memory after we return: copy it.
       (this.chunks ??= new BodyBuffer(this.declaredBytes, this.limitBytes)).append(chunk);
@@ -285,6 +316,7 @@ export class PendingRequest extends WriteCall {
   protected answer(code: number, statusLine: string, body: string, options?: SendOptions): void {
     if (this.done) return;
     this.done = true;
+    this.releaseBody();
     this.route.metrics.observe(code, this.startedAt);
     if (this.env.logRequests) this.log.debug({ reqId: this.requestId, route: this.route.name, status: code, ms: performance.now() - this.startedAt, aborted: this.aborted }, 'request');
     if (this.aborted) return;

@@ -11,6 +11,7 @@ import type { RouteMetrics } from '../telemetry/metrics.ts';
 import { sharedInFlight } from '../telemetry/shared-in-flight.ts';
 import { IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
 import { BodyBuffer, declaredBytes } from './body-buffer.ts';
+import { bodiesHeldMessage, HeldBodies } from './held-bodies.ts';
 import { acceptsContentType, bodyEncoding, bodyLimitBytes } from './body.ts';
 import { Drain } from './drain.ts';
 import { H_CONTENT_ENCODING, H_CONTENT_LENGTH, H_CONTENT_TYPE, H_IDEMPOTENCY_KEY, H_REQUEST_ID, H_SERVICE_KEY } from './native-strings.ts';
@@ -105,7 +106,7 @@ const NOT_LEADING = 'this node is not the cluster\'s leader now; nothing was app
 export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServer> {
   const { settings, auth, workspaces, log } = deps;
   const app: TemplatedApp = uWS.App();
-  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link, auth };
+  const env: RequestEnvironment = { log, logRequests: log.isLevelEnabled('debug'), gate: deps.gate, inFlight: 0, onIdle: null, workspaces, link: deps.link, auth, bodies: new HeldBodies(settings.bodiesHeldMaxBytes) };
   const rateLimits = deps.rateLimits;
   let stopping = false;
 
@@ -163,6 +164,9 @@ export function startHttpServer(deps: ServerDependencies): Promise<MainHttpServe
         return;
       }
       declared = declaredBytes(header);
+      // The bytes this thread may hold in bodies being received (held-bodies.ts): refused now,
+      // before the body is read, as writes are when the gate is closed.
+      if (!env.bodies.take(declared)) return refuseEarly(env, route, res, requestId, startedAt, ERRORS.serviceUnavailable, bodiesHeldMessage(env.bodies.maxBytes), { header: ['retry-after', '1'] });
     }
     const request = new PendingRequest(res, route, workspaceName, param, startedAt, limitBytes, encoding, env, claim, requestId, serviceKey, declared);
     request.start();
