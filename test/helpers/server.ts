@@ -122,7 +122,19 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       headers['content-type'] ??= 'application/json';
     }
     const signal = opts.timeoutMs === undefined ? undefined : AbortSignal.timeout(opts.timeoutMs);
-    const res = await fetch(url + path, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, body: payload as BodyInit | undefined, signal });
+    const send = () => fetch(url + path, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, body: payload as BodyInit | undefined, signal });
+    let res: globalThis.Response;
+    try {
+      res = await send();
+    } catch (error) {
+      // A pooled keep-alive connection the server closed after 10 s idle (uWS) while this
+      // process could not see it: exportLines() runs the CLI with spawnSync, which holds this
+      // event loop, on a loaded machine for more than those 10 s. The request went into a closed
+      // socket and was not read; sent again once, on a new connection.
+      const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+      if (cause?.code !== 'UND_ERR_SOCKET' || cause.message !== 'other side closed') throw error;
+      res = await send();
+    }
     const text = await res.text();
     let parsed: unknown = undefined;
     try {
