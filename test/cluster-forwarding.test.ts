@@ -341,7 +341,9 @@ test('writes held while the leader was away go to it in frames its limit takes, 
   // got 503 (found by a review).
   // The follower's hold of a write is the default's (lease + 3 s = 4 s) no more: this test is
   // about frames, and 15 MB of CJK text parsed and forwarded on a busy machine can take longer.
-  const c = cluster({ MAPPING_BODY_LIMIT_BYTES: String(4 * 1024 * 1024), CLUSTER_FORWARD_TIMEOUT_MS: '25000' });
+  // A 3 s lease: on a machine busy with other test files, a 1 s lease could lapse while 15 MB
+  // are parsed, and a leader change answer some writes 503 (seen once in a suite run, 2026-11-30).
+  const c = cluster({ MAPPING_BODY_LIMIT_BYTES: String(4 * 1024 * 1024), CLUSTER_FORWARD_TIMEOUT_MS: '25000', CLUSTER_LEASE_MS: '3000' });
   const { a, b, proxy, plan } = await proxiedCluster(c);
   const did = (await b.post<{ did: string }>('/mcrs_appl_v1', { timestamp: T0, info: LAUNCH_INFO })).body.did;
   const cjk = (n: number, seed: number) => Array.from({ length: n }, (_, i) => String.fromCharCode(0x4e00 + ((seed * 131 + i) % 20_000))).join('');
