@@ -123,16 +123,15 @@ function singleNodeGate(journal: Journal): WriteGate {
  * time out and retry grew a server by 17 MB a second, /readyz 200 throughout (a review).
  */
 function pendingLimited(gate: WriteGate, journal: Journal, maxRecords: number): WriteGate {
-  const waiting = (): string | null => {
-    const pending = journal.lastAppendedSeq - journal.durableSeq;
-    return pending < maxRecords ? null : `${pending} accepted writes are waiting for their journal commit (JOURNAL_MAX_PENDING_RECORDS ${maxRecords}): the disk (or, in cluster mode, PostgreSQL) is slow or stalled`;
-  };
+  // One fixed text: the edges are told of the gate again whenever its message changes (a count
+  // in it would re-send it every poll while over the limit).
+  const message = `${maxRecords} accepted writes are waiting for their journal commit (JOURNAL_MAX_PENDING_RECORDS): the disk (or, in cluster mode, PostgreSQL) is slow or stalled`;
+  const waiting = (): string | null => (journal.lastAppendedSeq - journal.durableSeq < maxRecords ? null : message);
   return {
     refusal: () => {
       const refusal = gate.refusal();
       if (refusal !== null) return refusal;
-      const message = waiting();
-      return message === null ? null : { message, retryAfterSeconds: 1 };
+      return waiting() === null ? null : { message, retryAfterSeconds: 1 };
     },
     notReady: () => gate.notReady() ?? waiting(),
   };
@@ -370,7 +369,7 @@ async function main(): Promise<void> {
       log: log.child({ component: 'forward' }),
       onRefused: () => clusterCounters?.forwardRefused(),
     });
-    gate = forwardingGate(clusterNode, leaderLink, auth);
+    gate = forwardingGate(clusterNode, stateGate, leaderLink, auth);
     sink = new SwitchingSink(() => clusterNode.role === 'leader', executor, leaderLink);
     forwardEndpoint = new ForwardEndpoint(clusterNode, executor, auth, log, clusterCounters);
   }

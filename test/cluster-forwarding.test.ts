@@ -251,7 +251,9 @@ for (const threads of ['1', '2']) {
       await proxy.close();
     });
 
-    for (const signal of ['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const) test(`the leader goes away (${signal}) while writes go through followers: each waits and then gets 200 from the new leader, or 503 with Retry-After; every 200 is in the journal, once`, async () => {
+    // Every way of going away with edge threads (the forwarding path of issue 21); one with a
+    // single thread, whose forwarding is the same link without the edges' relay (suite time).
+    for (const signal of threads === '2' ? (['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const) : (['SIGKILL'] as const)) test(`the leader goes away (${signal}) while writes go through followers: each waits and then gets 200 from the new leader, or 503 with Retry-After; every 200 is in the journal, once`, async () => {
       const c = cluster({ HTTP_THREADS: threads });
       const a = await c.add();
       assert.equal(await c.leader(), a);

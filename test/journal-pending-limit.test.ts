@@ -7,6 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { exportLines, startServer, tempDataDir } from './helpers/server.ts';
+import { clustersOfThisFile } from './helpers/cluster.ts';
+
+const cluster = clustersOfThisFile();
 
 for (const threads of ['1', '2']) {
   test(`a stalled commit: past JOURNAL_MAX_PENDING_RECORDS writes get 503 with Retry-After: 1 and change nothing, /readyz 503; afterwards every 200 is journaled and writes are taken again (HTTP_THREADS=${threads})`, async () => {
@@ -31,7 +34,7 @@ for (const threads of ['1', '2']) {
       assert.ok(accepted.length >= 15, `${accepted.length} accepted`);
       for (const r of refused) {
         assert.equal(r.retryAfter, '1');
-        assert.match(r.text, /waiting for their journal commit \(JOURNAL_MAX_PENDING_RECORDS 20\)/);
+        assert.match(r.text, /20 accepted writes are waiting for their journal commit \(JOURNAL_MAX_PENDING_RECORDS\)/);
       }
       assert.equal((await first).status, 200);
       assert.equal((await server.request('/readyz', undefined, { key: null })).status, 200);
@@ -61,4 +64,26 @@ test('/readyz is 503 while the journal holds JOURNAL_MAX_PENDING_RECORDS writes 
   } finally {
     await server.stop();
   }
+});
+
+test('cluster mode: the leader\'s own requests are held to JOURNAL_MAX_PENDING_RECORDS too (a stalled commit to PostgreSQL): 503 with Retry-After: 1, /readyz 503, and every 200 is in the cluster', async () => {
+  // Until 2026-11-30 the leader's requests passed a gate that looked at its lease alone: the
+  // limit reached only batch items and forwarded writes (found by a review).
+  const c = cluster();
+  const marker = join(tempDataDir(), '..', `stall-leader-${process.pid}-${Date.now()}`);
+  const a = await c.add({ env: { JOURNAL_MAX_PENDING_RECORDS: '20', INTAKE_TEST_STALL_ONCE: `journal-commit:3000:${marker}` } });
+  assert.equal(await c.leader(), a);
+  const first = a.post('/product', { id: 'p-first', name: 'n' });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const answers = await Promise.all(Array.from({ length: 60 }, async (_, i) => {
+    const res = await a.request('/product', { id: `p${i}`, name: 'n' }, { timeoutMs: 20_000 });
+    return { id: `p${i}`, status: res.status, retryAfter: res.headers.get('retry-after') };
+  }));
+  const refused = answers.filter((x) => x.status === 503);
+  assert.ok(refused.length >= 30, `${refused.length} refused`);
+  assert.ok(refused.every((x) => x.retryAfter === '1'));
+  assert.equal((await first).status, 200);
+  assert.equal((await a.request('/readyz', undefined, { key: null })).status, 200);
+  const ids = new Set(exportLines(a.dataDir, 'products').map((p) => p.id as string));
+  for (const x of answers) assert.equal(ids.has(x.id), x.status === 200, `${x.id}: ${x.status}`);
 });

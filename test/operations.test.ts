@@ -461,7 +461,8 @@ describe('metrics', () => {
         const floodMs = performance.now() - startedAt;
         assert.equal(write.status, 200, write.text);
         assert.ok(statuses.every((s) => s === 200), 'every scrape answered 200');
-        assert.ok(floodMs < 3_000, `5,000 scrapes took ${Math.round(floodMs)} ms`);
+        // (6 s: 4 s was seen in a loaded suite run; before the shared scrapes it took 7 to 14 s.)
+        assert.ok(floodMs < 6_000, `5,000 scrapes took ${Math.round(floodMs)} ms`);
         assert.ok(writeMs < 2_000, `the write waited ${Math.round(writeMs)} ms`);
         const text = (await server.request('/metrics', undefined, { key: null })).text;
         assert.match(text, /intake_requests_total\{route="product_upsert",status="200"\} 1\b/, 'a scrape after the write sees it');

@@ -983,10 +983,10 @@ export class ClusterNode {
     if (!state.exists) {
       // PostgreSQL was unreachable at start (or the rows were removed): create them now, but
       // not for a directory of another cluster, which main.ts refuses before anything is made
-      // when PostgreSQL answers at start. Before, a node started while PostgreSQL was away made
+      // when PostgreSQL answers at start (a directory already checked here is this cluster's). Before, a node started while PostgreSQL was away made
       // the rows of a cluster that did not exist, and took its lease, before its replication
       // loop compared identities (found by a review).
-      const foreign = foreignDirectory(this.settings.cluster, this.host.clusterId(), null, this.host.appliedSeq());
+      const foreign = this.prefixChecked ? null : foreignDirectory(this.settings.cluster, this.host.clusterId(), null, this.host.appliedSeq());
       if (foreign !== null) {
         this.prefixChecked = true;
         this.log.fatal({ err: foreign.message }, 'this node\'s journal is not a copy of the cluster\'s: stopping');

@@ -22,15 +22,17 @@ import type { LeaderLink } from './leader-link.ts';
 export const KEYS_STALE_MS = 3_000;
 export const KEYS_HUNG_MS = 8_000;
 
-export function forwardingGate(node: Pick<ClusterNode, 'role' | 'refusal'>, link: Pick<LeaderLink, 'refusal' | 'notReady'>, keys: { keysAgeMs(): number; readonly keysUnreachable: boolean }): WriteGate {
+/**
+ * `leading`: the gate of the node's own state (main.ts: the node's refusal, and the writes
+ * waiting for their commit, JOURNAL_MAX_PENDING_RECORDS), which the leader's requests pass too.
+ * Until 2026-11-30 the leader here looked at node.refusal() alone, so that limit never reached
+ * its own requests (found by a review).
+ */
+export function forwardingGate(node: Pick<ClusterNode, 'role'>, leading: WriteGate, link: Pick<LeaderLink, 'refusal' | 'notReady'>, keys: { keysAgeMs(): number; readonly keysUnreachable: boolean }): WriteGate {
   return {
-    refusal: () => {
-      if (node.role !== 'leader') return link.refusal();
-      const reason = node.refusal();
-      return reason === null ? null : { message: reason, retryAfterSeconds: 1 };
-    },
+    refusal: () => (node.role === 'leader' ? leading.refusal() : link.refusal()),
     notReady: () => {
-      if (node.role === 'leader') return node.refusal();
+      if (node.role === 'leader') return leading.notReady();
       const unread = keys.keysAgeMs();
       if ((keys.keysUnreachable && unread > KEYS_STALE_MS) || unread > KEYS_HUNG_MS) return `this node cannot read the cluster's keys from PostgreSQL (last read ${Number.isFinite(unread) ? `${Math.round(unread / 1000)} s ago` : 'never'})`;
       return link.notReady();

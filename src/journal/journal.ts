@@ -444,12 +444,13 @@ export class Journal {
     const startedAt = performance.now();
     const term = this.term;
     const stallMs = stallPointOnce('journal-commit');
+    const stalled = stallMs === 0 ? null : new Promise<void>((resolve) => setTimeout(resolve, stallMs));
     const written =
       remote === null
-        ? stallMs === 0
+        ? stalled === null
           ? this.writeLocal(batch, previous)
-          : new Promise<void>((resolve) => setTimeout(resolve, stallMs)).then(() => this.writeLocal(batch, previous))
-        : this.encoded(batch).then((bytes) => remote(batch.firstSeq, batch.records, bytes)).then(
+          : stalled.then(() => this.writeLocal(batch, previous))
+        : (stalled === null ? this.encoded(batch) : stalled.then(() => this.encoded(batch))).then((bytes) => remote(batch.firstSeq, batch.records, bytes)).then(
             () => {
               // Stepped down while PostgreSQL committed it: the rebuilt state reads it from there.
               if (term !== this.term) throw new Superseded('superseded');
