@@ -41,6 +41,16 @@ const body = (bytes: number) => {
 };
 const status = (answer: string) => Number(answer.slice(9, 12));
 
+/** `text` in chunks of `pieceChars` (chunked encoding), `gapMs` apart, then the last chunk. */
+async function sendChunked(socket: Socket, text: string, pieceChars: number, gapMs: number): Promise<void> {
+  for (let at = 0; at < text.length; at += pieceChars) {
+    const piece = text.slice(at, at + pieceChars);
+    socket.write(`${piece.length.toString(16)}\r\n${piece}\r\n`);
+    if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
+  }
+  socket.write('0\r\n\r\n');
+}
+
 for (const threads of ['1', '2']) {
   describe(`bodies held while they arrive (HTTP_THREADS=${threads})`, () => {
     test('a body that would pass BODIES_HELD_MAX_BYTES is refused from its head (503, Retry-After: 1); taken again once the first is answered', async () => {
@@ -88,12 +98,7 @@ test('a chunked body is counted as it comes: past BODIES_HELD_MAX_BYTES beside a
     const chunked = await open(server);
     chunked.socket.write(head(null));
     const big = body(600_000);
-    for (let at = 0; at < big.length; at += 50_000) {
-      const piece = big.slice(at, at + 50_000);
-      chunked.socket.write(`${piece.length.toString(16)}\r\n${piece}\r\n`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    chunked.socket.write('0\r\n\r\n');
+    await sendChunked(chunked.socket, big, 50_000, 20);
     const refused = await chunked.answer;
     assert.equal(status(refused), 503, refused.slice(0, 300));
     assert.match(refused, /\r\nretry-after: 1\r\n/i);
@@ -103,11 +108,7 @@ test('a chunked body is counted as it comes: past BODIES_HELD_MAX_BYTES beside a
     const alone = await open(server);
     alone.socket.write(head(null));
     const bigger = body(1_500_000);
-    for (let at = 0; at < bigger.length; at += 100_000) {
-      const piece = bigger.slice(at, at + 100_000);
-      alone.socket.write(`${piece.length.toString(16)}\r\n${piece}\r\n`);
-    }
-    alone.socket.write('0\r\n\r\n');
+    await sendChunked(alone.socket, bigger, 100_000, 0);
     assert.equal(status(await alone.answer), 422);
     for (const s of [holder, chunked, alone]) s.socket.destroy();
   } finally {

@@ -5,7 +5,7 @@
 // the socket drains (respond.ts); a slow reader still gets every byte.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer } from './helpers/server.ts';
@@ -34,15 +34,21 @@ head, _, body = data.partition(b'\\r\\n\\r\\n')
 print(json.dumps({'status': head.split(b'\\r\\n')[0].decode(), 'bytes': len(body), 'openapi': json.loads(body)['openapi']}))
 `;
 
+/** A connection to `port`, open, its errors ignored (the server may cut it). */
+async function connected(port: number): Promise<Socket> {
+  const socket = connect(port, '127.0.0.1');
+  socket.on('error', () => {});
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  return socket;
+}
+
 for (const threads of ['1', '2']) {
   describe(`answers under backpressure (HTTP_THREADS=${threads})`, () => {
     test('20,000 pipelined GET /openapi.json never read: the server holds no gigabytes for them, and keeps serving', async () => {
       const server = await startServer({ env: { HTTP_THREADS: threads } });
       try {
         const before = rssMb(server.child.pid!);
-        const socket = connect(server.port, '127.0.0.1');
-        socket.on('error', () => {});
-        await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+        const socket = await connected(server.port);
         socket.pause();
         socket.write('GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(20_000));
         await new Promise((resolve) => setTimeout(resolve, 2_500));
@@ -66,9 +72,7 @@ for (const threads of ['1', '2']) {
       const server = await startServer({ env: { HTTP_THREADS: threads } });
       try {
         const before = rssMb(server.child.pid!);
-        const socket = connect(server.port, '127.0.0.1');
-        socket.on('error', () => {});
-        await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+        const socket = await connected(server.port);
         const closed = new Promise<boolean>((resolve) => {
           socket.once('close', () => resolve(true));
           setTimeout(() => resolve(false), 20_000);

@@ -69,7 +69,7 @@ function endAsDrained(res: HttpResponse, body: string | ArrayBuffer, byteLength:
   const [ok, done] = res.tryEnd(body, byteLength);
   if (ok || done) return;
   // The rest goes as bytes: the offsets uWS gives count bytes.
-  const bytes = typeof body === 'string' ? Buffer.from(body) : Buffer.from(body);
+  const bytes = typeof body === 'string' ? Buffer.from(body) : Buffer.from(body as ArrayBuffer);
   let aborted = false;
   res.onAborted(() => {
     aborted = true;
