@@ -33,6 +33,7 @@ import { EdgeThreads } from './state/edge-threads.ts';
 import { CommandExecutor } from './state/command-executor.ts';
 import { SharedRateLimits } from './edge/shared-rate-limits.ts';
 import { buildBatchRoute } from './http/batch.ts';
+import { JournaledBatchAnswers } from './idempotency/batch-answer-record.ts';
 import { defaultYoungGenerationForWorkers } from './workers/young-generation.ts';
 import { buildWriteRoutes } from './http/write-routes.ts';
 import { Journal, NotLeadingError, RemoteCommitError } from './journal/journal.ts';
@@ -346,7 +347,8 @@ async function main(): Promise<void> {
   // The state side applies writes only where it may: a single node until its journal fails, the leader.
   const stateGate = pendingLimited(node === null ? singleNodeGate(journal) : clusterGate(node), journal, settings.journalMaxPendingRecords);
   // POST /batch runs its items through the write routes above (CONTRACT.md §13), on the state side.
-  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log, retries: intake.retries, keys })];
+  const journaledAnswers = new JournaledBatchAnswers(journal, keys);
+  const routes = [...writeRoutes, buildBatchRoute({ settings, routes: writeRoutes, otherPaths: GET_PATHS, gate: stateGate, rateLimits, metrics, log, retries: intake.retries, keys, journaledAnswers })];
   const openApiJson = JSON.stringify(buildOpenApi(routes, version));
   const clusterStatus = node === null ? null : () => Promise.resolve(JSON.stringify(node!.status()));
   const executor = new CommandExecutor(routes, workspaces, stateGate, settings, log);

@@ -1,9 +1,12 @@
 // The answers kept for keyed POST /batch requests (src/idempotency/batch-answers.ts): their
-// limits (count, bytes, window), and batches that wait for a running one under their key.
+// limits (count, bytes, window), and batches that wait for a running one under their key; and the
+// packed form a journal record carries one in (src/idempotency/batch-answer-record.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BatchAnswers } from '../src/idempotency/batch-answers.ts';
 import { IdempotencyClaim } from '../src/idempotency/claim.ts';
+import fc from 'fast-check';
+import { packResults, unpackAnswer } from '../src/idempotency/batch-answer-record.ts';
 
 const claim = (key: string, print = 1): IdempotencyClaim => IdempotencyClaim.fromParts(key, [key.length, key.charCodeAt(0), Number(key.slice(1)) || 0], [print, print]);
 
@@ -54,4 +57,19 @@ test('batches waiting for a running one get its kept answer, or run themselves w
   if (found?.kind === 'wait') found.then((text) => after.push(text));
   answers.finish(failing, null, 0);
   assert.deepEqual(after, [null], 'told to run itself');
+});
+
+test('a batch answer as a journal record carries it: packed without its plain successes, unpacked word for word; anything else unpacks to null (the batch then runs again)', () => {
+  const success = '{"status":200,"body":{"success":true}}';
+  fc.assert(
+    fc.property(
+      fc.array(fc.oneof(fc.constant(success), fc.constant('{"status":422,"body":{"type":"ValidationError","details":[{"message":"\\"x\\" \\u2028 é"}]}}'), fc.string().map((s) => JSON.stringify({ status: 200, body: { did: s, sid: 'x' } }))), { minLength: 1, maxLength: 50 }),
+      (results) => {
+        const packed = packResults(results, success);
+        assert.equal(unpackAnswer(packed, success), `{"results":[${results.join(',')}]}`);
+        if (results.every((r) => r === success)) assert.equal(packed, `[${results.length}]`, 'a batch of plain successes adds its count alone');
+      },
+    ),
+  );
+  for (const bad of ['', 'x', '{}', '[]', '[0]', '[2,1]', '[2,2,"x"]', '[2,-1,"x"]', '[2,0,3]', '[1.5]', '[2,"0","x"]', '[2000000]']) assert.equal(unpackAnswer(bad, success), null, bad);
 });

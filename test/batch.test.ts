@@ -261,15 +261,69 @@ describe('POST /batch', () => {
     }
   });
 
-  test('whole-batch Idempotency-Key after a restart (the whole answer is held in memory): the items it applied replay from their own keys, none applied twice', async () => {
+  for (const how of ['kill -9', 'a graceful restart'] as const) {
+    test(`whole-batch Idempotency-Key after ${how}: a retry gets the first answer word for word (a refused item is not judged again), and another batch under the key gets 422`, async () => {
+      // Until 2026-11-29 the answer lived in memory only: after a restart the applied items were
+      // replayed from their own keys (marked "replayed") and the refused ones judged again, so
+      // a mapping refused for a collection that exists now was applied by the retry.
+      const dataDir = tempDataDir();
+      const own = await startServer({ dataDir });
+      const collection = `rb-col-${how.length}`;
+      const requests: Item[] = [
+        product('rb1'),
+        launchItem(),
+        { method: 'POST', path: '/product', body: { id: 'rb-new' } },
+        { method: 'POST', path: `/collection/${collection}/products/add`, body: { products: ['rb1'] } },
+        product('rb2'),
+      ];
+      const key = { 'idempotency-key': 'restart-batch-1' };
+      const first = await sendBatch(own, requests, key);
+      assert.deepEqual(statuses(first.body.results), [200, 200, 422, 422, 200]);
+      if (how === 'kill -9') await own.kill();
+      else await own.stop();
+      const restarted = await startServer({ dataDir });
+      try {
+        assert.equal((await restarted.post('/collection', { id: collection, name: 'c' })).status, 200);
+        const eventsBefore = exportLines(dataDir, 'events').length;
+        const retry = await sendBatch(restarted, requests, key);
+        assert.equal(retry.status, 200);
+        assert.equal(retry.text, first.text, 'the same results: statuses and bodies (the launch: the same did and sid; the 422s as they were)');
+        assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+        assert.equal(exportLines(dataDir, 'events').length, eventsBefore, 'nothing journaled: the mapping was not applied');
+        assert.equal(exportLines(dataDir, 'events', '--kind', 'app_launch').length, 1, 'one device');
+        // Another batch under the key after the restart: 422, nothing applied (until 2026-11-30 it
+        // ran as a new batch: the key was held in memory only, with its answer).
+        const other = await sendBatch(restarted, [product('rb-other')], key);
+        assert.equal(other.status, 422, other.text);
+        assert.deepEqual((other.body as unknown as { details: Array<{ type: string; path: string[] }> }).details.map((d) => [d.type, d.path]), [['idempotency.reused', ['headers', 'idempotency-key']]]);
+        assert.equal(exportLines(dataDir, 'events').length, eventsBefore, 'nothing journaled');
+        // A batch whose items were all refused journaled nothing: its key is not kept past a restart.
+        const refusedKey = { 'idempotency-key': 'restart-batch-refused' };
+        assert.deepEqual(statuses((await sendBatch(restarted, [{ method: 'POST', path: '/product', body: { id: 'bad' } }], refusedKey)).body.results), [422]);
+      } finally {
+        await restarted.stop();
+      }
+      // And after a crash of the server that had only replayed it: still known, still the same answer.
+      const again = await startServer({ dataDir });
+      try {
+        assert.equal((await sendBatch(again, [product('rb-other-2')], key)).status, 422);
+        assert.equal(exportLines(dataDir, 'products').some((p) => p.id === 'rb-other-2'), false);
+        assert.equal((await sendBatch(again, requests, key)).text, first.text);
+      } finally {
+        await again.stop();
+      }
+    });
+  }
+
+  test('whole-batch Idempotency-Key: a batch whose items were not all journaled in one commit (COMMIT_MODE=sync) keeps its answer in memory only; after a restart its retry applies nothing twice', async () => {
     const dataDir = tempDataDir();
-    const own = await startServer({ dataDir });
-    const requests: Item[] = [product('rb1'), launchItem(), { method: 'POST', path: '/product', body: { id: 'rb-new' } }];
-    const key = { 'idempotency-key': 'restart-batch-1' };
+    const own = await startServer({ dataDir, env: { COMMIT_MODE: 'sync' } });
+    const requests: Item[] = [product('sy1'), launchItem(), { method: 'POST', path: '/product', body: { id: 'sy-new' } }];
+    const key = { 'idempotency-key': 'sync-batch-1' };
     const first = await sendBatch(own, requests, key);
     assert.deepEqual(statuses(first.body.results), [200, 200, 422]);
     await own.kill();
-    const restarted = await startServer({ dataDir });
+    const restarted = await startServer({ dataDir, env: { COMMIT_MODE: 'sync' } });
     try {
       const retry = await results(restarted, requests, key);
       assert.deepEqual(
@@ -277,28 +331,9 @@ describe('POST /batch', () => {
         first.body.results.map((r: Result) => (r.status === 200 ? { ...r, replayed: true } : r)),
         'the 200s replayed from their keys (the same did and sid), the 422 judged again',
       );
-      const launches = exportLines(dataDir, 'events', '--kind', 'app_launch');
-      assert.equal(launches.length, 1, 'one device');
-      // Another batch under the key after the restart: 422, nothing applied (until 2026-11-30 it
-      // ran as a new batch: the key was held in memory only, with its answer).
-      const eventsBefore = exportLines(dataDir, 'events').length;
-      const other = await sendBatch(restarted, [product('rb-other')], key);
-      assert.equal(other.status, 422, other.text);
-      assert.deepEqual((other.body as unknown as { details: Array<{ type: string; path: string[] }> }).details.map((d) => [d.type, d.path]), [['idempotency.reused', ['headers', 'idempotency-key']]]);
-      assert.equal(exportLines(dataDir, 'events').length, eventsBefore, 'nothing journaled');
-      // A batch whose items were all refused journaled nothing: its key is not kept past a restart.
-      const refusedKey = { 'idempotency-key': 'restart-batch-refused' };
-      assert.deepEqual(statuses((await sendBatch(restarted, [{ method: 'POST', path: '/product', body: { id: 'bad' } }], refusedKey)).body.results), [422]);
+      assert.equal(exportLines(dataDir, 'events', '--kind', 'app_launch').length, 1, 'one device');
     } finally {
       await restarted.stop();
-    }
-    // And after a crash of the server that had only replayed it: still known.
-    const again = await startServer({ dataDir });
-    try {
-      assert.equal((await sendBatch(again, [product('rb-other-2')], key)).status, 422);
-      assert.equal(exportLines(dataDir, 'products').some((p) => p.id === 'rb-other-2'), false);
-    } finally {
-      await again.stop();
     }
   });
 
@@ -505,7 +540,7 @@ describe('POST /batch in cluster mode', () => {
     assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['f1', 'l1']);
   });
 
-  test('a whole-batch Idempotency-Key outlives a leader change: the new leader refuses another batch under it (422, nothing applied) and replays the first batch\'s items', async () => {
+  test('a whole-batch Idempotency-Key outlives a leader change: the new leader refuses another batch under it (422, nothing applied) and answers the first batch\'s retry word for word', async () => {
     // Until 2026-11-30 the batch's key lived only in the old leader's memory, with its answer.
     const c = cluster();
     const a = await c.add();
@@ -513,17 +548,20 @@ describe('POST /batch in cluster mode', () => {
     const b = await c.add();
     const key = { 'idempotency-key': 'failover-batch' };
     const requests: Item[] = [product('fo1'), { method: 'POST', path: '/product', body: { id: 'fo-bad' } }];
-    const first = await results(a, requests, key);
-    assert.deepEqual(statuses(first), [200, 422]);
+    const first = await sendBatch(a, requests, key);
+    assert.deepEqual(statuses(first.body.results), [200, 422]);
     const applied = (await a.status()).appliedSeq;
     await until('the follower to apply the batch', async () => (await b.status()).appliedSeq === applied);
     await a.kill();
     assert.equal(await c.leader(15_000), b);
     const other = await sendBatch(b, [product('fo-other')], key);
     assert.equal(other.status, 422, other.text);
-    const retry = await results(b, requests, key);
-    assert.deepEqual(retry.map((r) => [r.status, r.replayed ?? false]), [[200, true], [422, false]]);
-    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => p.id), ['fo1'], 'nothing applied twice, the other batch not at all');
+    // The refused item would pass now: it is not judged again (until 2026-11-29 it was).
+    assert.equal((await b.post('/product', { id: 'fo-bad', name: 'now valid' })).status, 200);
+    const retry = await sendBatch(b, requests, key);
+    assert.equal(retry.text, first.text, 'the first answer, word for word');
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(exportLines(b.dataDir, 'products').map((p) => [p.id, p.name]).sort(), [['fo-bad', 'now valid'], ['fo1', 'name fo1']], 'nothing applied twice, the other batch not at all');
   });
 });
 

@@ -28,6 +28,8 @@ export interface Reply extends CommitWaiter {
    * batch is journaled, else null. It rides in that item's record beside the item's own key.
    */
   batchKey?(): IdempotencyClaim | null;
+  /** A batch item: its record was appended as `seq` (its batch may add its answer to it). */
+  journaled?(seq: number): void;
 }
 
 /** What retries did since start, for /metrics. */
@@ -83,6 +85,7 @@ export class Acceptor {
     const seq = this.journal.append(record, reply);
     if (claim !== null && seq !== 0) this.keys.remember(claim, seq, record.at);
     if (batchClaim !== null && seq !== 0) this.keys.remember(batchClaim, seq, record.at);
+    if (seq !== 0) reply.journaled?.(seq);
   }
 
   /**

@@ -22,6 +22,8 @@ export interface ItemOwner {
   final(item: BatchItem): void;
   /** The batch's own key, the first time one of its items is journaled, else null (acceptor.ts). */
   takeBatchKey(): IdempotencyClaim | null;
+  /** The item's journal record was appended as `seq`. */
+  journaled(seq: number): void;
   readonly log: Logger;
   readonly requestId: string;
 }
@@ -100,6 +102,18 @@ export class BatchItem implements WriteRequest {
 
   batchKey(): IdempotencyClaim | null {
     return this.owner.takeBatchKey();
+  }
+
+  journaled(seq: number): void {
+    this.owner.journaled(seq);
+  }
+
+  /**
+   * The 200 body this decided item will be answered with once its record is durable; null when
+   * it is final already or its answer is not known yet (a replay of a write still in its commit).
+   */
+  get pendingSuccessBody(): string | null {
+    return this.isFinal || this.replayAnswer !== null || this.replyStatus !== 200 ? null : this.replyBody;
   }
 
   committed(): void {

@@ -19,6 +19,7 @@
 // the catalog actor, exactly as a small mapping request sent alone is.
 import type { Settings } from '../config/settings.ts';
 import { BatchAnswers, type BatchEntry } from '../idempotency/batch-answers.ts';
+import { packResults, type JournaledBatchAnswers } from '../idempotency/batch-answer-record.ts';
 import type { KeyTable } from '../idempotency/key-table.ts';
 import { SUCCESS_BODY, type RetryCounts } from '../actors/acceptor.ts';
 import { batchBodyFingerprint, bodyFingerprint, compactFingerprintInto, IdempotencyClaim, validIdempotencyKey } from '../idempotency/claim.ts';
@@ -52,6 +53,11 @@ export interface BatchDependencies {
    * in memory (a restart, a leader change, their limits).
    */
   keys?: KeyTable;
+  /**
+   * A keyed batch's whole answer, kept in its last journaled item's record and read back for a
+   * retry the answers in memory no longer hold (the state thread's; absent on an edge).
+   */
+  journaledAnswers?: JournaledBatchAnswers;
   /** The write routes an item may name. */
   routes: readonly WriteRoute[];
   /** Paths of the other endpoints (GET): an item naming one gets 405, as alone. */
@@ -139,6 +145,11 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** An item's result as the batch's answer writes it. */
+function resultOf(status: number, body: string, replayed: boolean): string {
+  return status === 200 && body === SUCCESS_BODY && !replayed ? SUCCESS_RESULT : `{"status":${status},"body":${body}${replayed ? ',"replayed":true}' : '}'}`;
+}
+
 /** One POST /batch being run: its items, in order, and the answer once all are known. */
 class BatchRun implements ItemOwner {
   readonly log: Logger;
@@ -148,6 +159,8 @@ class BatchRun implements ItemOwner {
   private open: number;
   private waitingFor: BatchItem | null = null;
   private dispatched = false;
+  /** The seq of the last item record this batch journaled (0: none yet). */
+  private lastSeq = 0;
 
   constructor(
     private readonly context: BatchContext,
@@ -178,6 +191,7 @@ class BatchRun implements ItemOwner {
       }
     }
     this.dispatched = true;
+    this.journalAnswer();
     this.answerWhenDone();
   };
 
@@ -195,6 +209,37 @@ class BatchRun implements ItemOwner {
     return claim;
   }
 
+  journaled(seq: number): void {
+    this.lastSeq = seq;
+  }
+
+  /**
+   * Every item is decided: with a key on the batch, its answer joins the record of its last
+   * journaled item (batch-answer-record.ts), so that a retry gets it after a restart or a leader
+   * change too. The 200s still waiting for their commit are answered as decided unless the commit
+   * fails, and then the record carrying the answer is not durable either (records are durable in
+   * order). Not kept, as in memory, when an item got a 5xx; nor when a replay waits for its first
+   * write's commit (its answer is read from that record once durable).
+   */
+  private journalAnswer(): void {
+    const stored = this.context.deps.journaledAnswers;
+    const claim = this.request.idempotency;
+    if (this.answerEntry === null || stored === undefined || claim === null || this.lastSeq === 0) return;
+    const results = new Array<string>(this.items.length);
+    for (let i = 0; i < this.items.length; i++) {
+      const item = this.items[i]!;
+      if (item.isFinal) {
+        if (item.status >= 500) return;
+        results[i] = resultOf(item.status, item.body, item.replayed);
+        continue;
+      }
+      const body = item.pendingSuccessBody;
+      if (body === null) return;
+      results[i] = resultOf(200, body, false);
+    }
+    stored.keep(this.lastSeq, claim, packResults(results, SUCCESS_RESULT));
+  }
+
   final(item: BatchItem): void {
     this.context.deps.metrics.batchItem(item.routeName, item.status);
     this.open--;
@@ -207,7 +252,7 @@ class BatchRun implements ItemOwner {
     const results = new Array<string>(this.items.length);
     for (let i = 0; i < this.items.length; i++) {
       const item = this.items[i]!;
-      results[i] = item.status === 200 && item.body === SUCCESS_BODY && !item.replayed ? SUCCESS_RESULT : `{"status":${item.status},"body":${item.body}${item.replayed ? ',"replayed":true}' : '}'}`;
+      results[i] = resultOf(item.status, item.body, item.replayed);
     }
     const out = `{"results":[${results.join(',')}]}`;
     // With a key on the batch, its retry gets these results again, unless an item may succeed
@@ -332,17 +377,21 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
         const claim = answers === null || deps.gate.refusal() !== null ? null : batch.idempotency;
         const earlier = claim === null ? null : answers!.lookup(claim, Date.now());
         if (earlier === null || claim === null) {
-          // Its answer is no longer held (a restart, a leader change, the memory's limits), but
-          // the key is remembered with the record of the batch's first journaled item: another
-          // batch under it gets 422 and applies nothing. The same batch runs again: its
-          // journaled items are replayed from their own keys (before 2026-11-30 another batch
-          // under the key then ran as a new one: found by a review of §10 and §13).
+          // Its answer is no longer held in memory (a restart, a leader change, the memory's
+          // limits), but the key is remembered with the records of the batch's first and last
+          // journaled items: another batch under it gets 422 and applies nothing (before
+          // 2026-11-30 it ran as a new one: found by a review of §10 and §13).
           const n = claim === null || deps.keys === undefined ? -1 : deps.keys.find(claim, Math.floor(Date.now() / 1000));
           if (n >= 0 && !deps.keys!.sameRequest(n, claim!)) {
             if (deps.retries !== undefined) deps.retries.conflicts++;
             return batch.invalid([detail.idempotencyReused(claim!.key)]);
           }
-          new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now()), n >= 0 ? null : claim).run();
+          const runIt = (): void => new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now()), n >= 0 ? null : claim).run();
+          if (n < 0 || deps.journaledAnswers === undefined) return runIt();
+          // The same batch, answered before: its answer as its last journaled record keeps it.
+          // Without one there (see batch-answer-record.ts for when), it runs again: the items it
+          // applied replay from their own keys, and only the refused ones are judged again.
+          deps.journaledAnswers.read(deps.keys!.seqOf(n), SUCCESS_RESULT, (text) => (text === null ? runIt() : replay(text)));
           return;
         }
         if (earlier.kind === 'reused') {

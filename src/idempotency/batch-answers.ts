@@ -5,11 +5,12 @@
 // A batch under a key whose first batch is still running is held until that one is answered
 // (CONTRACT.md §10: a duplicate waits for the first), so two batches under one key never both run.
 //
-// Held in memory only, bounded by count, bytes and IDEMPOTENCY_WINDOW_SECONDS. What a restart
-// (or a leader change) forgets is the answer as a whole; the items it applied stay remembered by
-// their own keys (`"<batch key> <index>"`, journaled with each record, key-table.ts), so a retry
-// after a crash applies none of them twice and replays their 200s, and only the items that were
-// refused are judged again (README, Retries).
+// Held in memory, bounded by count, bytes and IDEMPOTENCY_WINDOW_SECONDS. What a restart (or a
+// leader change, or these limits) forgets here, the journal keeps: the answer rides in the record
+// of the batch's last journaled item (batch-answer-record.ts). Where it could not, the items the
+// batch applied stay remembered by their own keys (`"<batch key> <index>"`, journaled with each
+// record, key-table.ts), so a retry applies none of them twice and replays their 200s, and only
+// the items that were refused are judged again (README, Retries).
 import type { IdempotencyClaim } from './claim.ts';
 
 /** Batch answers held at most (a retry comes within minutes, not days). */

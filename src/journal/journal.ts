@@ -364,6 +364,16 @@ export class Journal {
     return seq;
   }
 
+  /**
+   * The record of `seq` while it waits in the open batch, not yet handed to a commit (so not yet
+   * encoded): what is added to it now is committed with it. Null otherwise.
+   */
+  openRecord(seq: number): JournalRecord | null {
+    const batch = this.current;
+    if (batch === null || seq < batch.firstSeq || seq >= batch.firstSeq + batch.records.length) return null;
+    return batch.records[seq - batch.firstSeq]!;
+  }
+
   private appendSync(record: JournalRecord, waiter: CommitWaiter): number {
     const seq = this.nextSeq;
     const startedAt = performance.now();

@@ -21,9 +21,16 @@ interface Base<K extends string, D> {
   /**
    * Written with an Idempotency-Key: the hash of its scope (12 bytes) and of the body (8 bytes),
    * so that a restart knows the key exactly as a crash leaves the write (idempotency/key-table.ts).
-   * Never exported.
+   * Never exported. The first and the last journaled item of a batch sent with an
+   * Idempotency-Key header carry the batch's key too, 20 bytes more.
    */
   idem?: Uint8Array;
+  /**
+   * On the last journaled item of a batch sent with an Idempotency-Key header: the batch's
+   * results, packed (idempotency/batch-answer-record.ts), for a retry after a restart or a leader
+   * change. Never exported.
+   */
+  answer?: string;
 }
 
 /** Device records carry the device, its session and its customer at the time of the write. */
