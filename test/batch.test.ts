@@ -275,10 +275,14 @@ describe('POST /batch', () => {
         { method: 'POST', path: '/product', body: { id: 'rb-new' } },
         { method: 'POST', path: `/collection/${collection}/products/add`, body: { products: ['rb1'] } },
         product('rb2'),
+        { ...product('rb0'), idempotencyKey: 'rb0-alone' },
       ];
+      // The last item was sent alone first: the batch's answer has it "replayed".
+      assert.equal((await own.request('/product', product('rb0').body, { headers: { 'idempotency-key': 'rb0-alone' } })).status, 200);
       const key = { 'idempotency-key': 'restart-batch-1' };
       const first = await sendBatch(own, requests, key);
-      assert.deepEqual(statuses(first.body.results), [200, 200, 422, 422, 200]);
+      assert.deepEqual(statuses(first.body.results), [200, 200, 422, 422, 200, 200]);
+      assert.equal(first.body.results[5]!.replayed, true);
       if (how === 'kill -9') await own.kill();
       else await own.stop();
       const restarted = await startServer({ dataDir });

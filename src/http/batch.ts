@@ -386,12 +386,18 @@ export function buildBatchRoute(deps: BatchDependencies): WriteRoute {
             if (deps.retries !== undefined) deps.retries.conflicts++;
             return batch.invalid([detail.idempotencyReused(claim!.key)]);
           }
-          const runIt = (): void => new BatchRun(context, batch, requests, bytes, batchKey, claim === null ? null : answers!.begin(claim, Date.now()), n >= 0 ? null : claim).run();
+          // Held from now on, so that the same batch sent again meanwhile waits for this one.
+          const entry = claim === null ? null : answers!.begin(claim, Date.now());
+          const runIt = (): void => new BatchRun(context, batch, requests, bytes, batchKey, entry, n >= 0 ? null : claim).run();
           if (n < 0 || deps.journaledAnswers === undefined) return runIt();
           // The same batch, answered before: its answer as its last journaled record keeps it.
           // Without one there (see batch-answer-record.ts for when), it runs again: the items it
           // applied replay from their own keys, and only the refused ones are judged again.
-          deps.journaledAnswers.read(deps.keys!.seqOf(n), SUCCESS_RESULT, (text) => (text === null ? runIt() : replay(text)));
+          deps.journaledAnswers.read(deps.keys!.seqOf(n), SUCCESS_RESULT, (text) => {
+            if (text === null) return runIt();
+            answers!.finish(entry!, text, Date.now());
+            replay(text);
+          });
           return;
         }
         if (earlier.kind === 'reused') {

@@ -69,6 +69,12 @@ export class JournaledBatchAnswers {
    * Puts a batch's packed results into the record `seq` (its last journaled item) if that record
    * has not been handed to a commit yet, with the batch's key beside the item's own, and makes
    * the key name it. Returns whether it did.
+   *
+   * The key is remembered now, not when the record was appended: if the batch's last item was
+   * decided in a later turn (by the catalog actor) and a snapshot began in between, that snapshot
+   * covers the record but holds the key as it was, naming the batch's first record, and a restart
+   * from it finds no answer there (the retry falls back; found by a review). A later snapshot, or
+   * a restart that replays the record, holds the key as it is now.
    */
   keep(seq: number, claim: IdempotencyClaim, packed: string): boolean {
     if (packed.length > MAX_JOURNALED_ANSWER_UNITS) return false;
