@@ -319,6 +319,32 @@ describe('POST /batch', () => {
     });
   }
 
+  test('whole-batch Idempotency-Key: once 10,000 later batches pushed its answer out of memory, a retry is answered from the journal, word for word, with nothing judged again', process.env.HTTP_THREADS === '2' ? { skip: 'the state thread\'s answers, tested with HTTP_THREADS=1' } : {}, async () => {
+    const key = { 'idempotency-key': 'evicted-batch' };
+    const requests: Item[] = [product('ev1'), { method: 'POST', path: '/product', body: { id: 'ev-bad' } }];
+    const first = await sendBatch(server, requests, key);
+    assert.deepEqual(statuses(first.body.results), [200, 422]);
+    // The answers held in memory are at most 10,000 batches (batch-answers.ts): 10,000 more push
+    // the first one out, 16 at a time.
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < 10_000) {
+          const i = next++;
+          const res = await sendBatch(server, [product(`ev-${i}`)], { 'idempotency-key': `evicting-${i}` });
+          assert.equal(res.status, 200, res.text);
+        }
+      }),
+    );
+    // The refused item would pass now (the product exists: an upsert needs no name).
+    assert.equal((await server.post('/product', { id: 'ev-bad', name: 'created alone' })).status, 200);
+    const retry = await sendBatch(server, requests, key);
+    assert.equal(retry.text, first.text, 'the first answer, the 422 included');
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    const evBad = exportLines(server.dataDir, 'products').find((p: { id: string }) => p.id === 'ev-bad');
+    assert.equal(evBad?.name, 'created alone', 'the refused item was not applied by the retry');
+  });
+
   test('whole-batch Idempotency-Key: a batch whose items were not all journaled in one commit (COMMIT_MODE=sync) keeps its answer in memory only; after a restart its retry applies nothing twice', async () => {
     const dataDir = tempDataDir();
     const own = await startServer({ dataDir, env: { COMMIT_MODE: 'sync' } });
