@@ -2,6 +2,7 @@
 // processes on the machine's PostgreSQL, one CLUSTER_NAME per test, talked to directly.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { hostname } from 'node:os';
 import pg from 'pg';
 import { startOwnPostgres } from '../bench/lib/sink-servers.ts';
 import { connect } from 'node:net';
@@ -929,19 +930,25 @@ describe('cluster mode', () => {
     assert.deepEqual(await contents(b.dataDir), before);
   });
 
-  test('nodes of a new cluster started while PostgreSQL is unreachable: once it is back, one of them leads, no restart', async () => {
+  test('nodes of a new cluster started while PostgreSQL is unreachable: GET /cluster says no leader is known; once it is back, one of them leads, no restart; NODE_NAME defaults to host name and port', async () => {
     const own = await startOwnPostgres();
     try {
       await own.stop();
       const c = cluster({}, own.url);
       const a = await c.add();
-      const b = await c.add();
+      // NODE_NAME not set (empty counts as unset): the host name and the port (CONTRACT §12).
+      const b = await c.add({ env: { NODE_NAME: '' } });
+      const bName = `${hostname()}:${b.port}`;
       assert.equal((await a.request('/readyz', undefined, { key: null })).status, 503);
+      assert.deepEqual(await a.status(), { node: a.nodeName, role: 'follower', leader: null, epoch: 0, appliedSeq: 0 });
+      assert.deepEqual(await b.status(), { node: bName, role: 'follower', leader: null, epoch: 0, appliedSeq: 0 });
       await own.start();
       const leader = await c.leader(1000 + 5000 + 2000);
       assert.equal((await leader.post('/product', { id: 'p', name: 'P' })).status, 200);
       const other = leader === a ? b : a;
       await until('the other node to follow', async () => (await other.status()).appliedSeq === (await leader.status()).appliedSeq);
+      assert.equal((await other.status()).leader, leader === a ? a.nodeName : bName, 'the follower names the leader');
+      assert.equal((await leader.status()).node, leader === a ? a.nodeName : bName);
     } finally {
       await own.stop();
     }
