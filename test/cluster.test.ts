@@ -173,6 +173,27 @@ describe('cluster mode', () => {
     assert.ok(b.logs().some((line) => line.includes('snapshot written')));
   });
 
+  test('rate limits are counted per node: a follower takes a key\'s burst for the writes it forwards, and the leader its own for the writes sent to it (a forwarded write costs the leader no token)', async () => {
+    const c = cluster({ RATE_LIMIT_PER_SECOND: '1', RATE_LIMIT_BURST: '3' });
+    const a = await c.add();
+    assert.equal(await c.leader(), a);
+    const b = await c.add();
+    await until('/readyz 200 on the follower', async () => (await b.request('/readyz', undefined, { key: null })).status === 200);
+    // /readyz and the other GETs above take no token (only writes are limited).
+    const burst = async (node: TestNode, prefix: string): Promise<number[]> => {
+      const started = Date.now();
+      const statuses = (await Promise.all(Array.from({ length: 6 }, (_, i) => node.post('/product', { id: `${prefix}${i}`, name: 'n' })))).map((r) => r.status);
+      // A token comes back each second: a slow machine may see one more 200.
+      const refilled = Math.floor((Date.now() - started) / 1000);
+      const ok = statuses.filter((x) => x === 200).length;
+      assert.ok(ok >= 3 && ok <= 3 + refilled, `${prefix}: ${statuses.join(',')}`);
+      assert.equal(statuses.filter((x) => x === 429).length, 6 - ok, `${prefix}: ${statuses.join(',')}`);
+      return statuses;
+    };
+    await burst(b, 'via-follower-');
+    await burst(a, 'on-leader-');
+  });
+
   test('a leader fenced by a takeover it did not see: its writes get 503, and the state they made is dropped (a ghost product or device is not found when it leads again); the next write follows with no gap', async () => {
     // The takeover is made in PostgreSQL (a phantom node bumps the epoch of the lease and the
     // head), so the leader learns of it only when its next commit is fenced. A long lease keeps
