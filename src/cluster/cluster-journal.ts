@@ -27,9 +27,27 @@ export interface StoredBatch {
   firstSeq: number;
   lastSeq: number;
   epoch: number;
-  records: JournalRecord[];
+  /**
+   * The records, decoded from `bytes` each time this is read, and not kept: a follower decodes a
+   * batch as it applies it. Decoded when read (before 2026-11-29), the 16 batches of a read were
+   * all alive across the garbage collector's scavenges (a 4 MB young generation), which took 37%
+   * of a follower's busy time at saturation (`--cpu-prof`).
+   */
+  readonly records: JournalRecord[];
   /** The records as stored: the same encoding as a node's LMDB copy (journal/record-bytes.ts). */
   bytes: Uint8Array;
+}
+
+function storedBatch(firstSeq: number, lastSeq: number, epoch: number, bytes: Uint8Array): StoredBatch {
+  return {
+    firstSeq,
+    lastSeq,
+    epoch,
+    bytes,
+    get records(): JournalRecord[] {
+      return decodeBatch(bytes);
+    },
+  };
 }
 
 export class ClusterJournal {
@@ -94,6 +112,6 @@ export class ClusterJournal {
        ORDER BY first_seq LIMIT $3`,
       [this.cluster, afterSeq, maxBatches],
     );
-    return rows.map((row) => ({ firstSeq: Number(row.first_seq), lastSeq: Number(row.last_seq), epoch: Number(row.epoch), records: decodeBatch(row.records), bytes: row.records }));
+    return rows.map((row) => storedBatch(Number(row.first_seq), Number(row.last_seq), Number(row.epoch), row.records));
   }
 }

@@ -695,7 +695,9 @@ export class ClusterNode {
           if (batch.lastSeq <= applied) continue;
           const from = applied + 1 - batch.firstSeq;
           // A whole batch is stored locally as read (its bytes); a part of one is encoded again.
-          await this.host.applyBatch(applied + 1, from === 0 ? batch.records : batch.records.slice(from), from === 0 ? batch.bytes : null);
+          // Decoded here, one batch at a time (StoredBatch.records).
+          const records = batch.records;
+          await this.host.applyBatch(applied + 1, from === 0 ? records : records.slice(from), from === 0 ? batch.bytes : null);
           if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
         }
         if (performance.now() - this.trimmedCheckedAtMs >= TRIMMED_CHECK_EVERY_MS) await this.readTrimmed();

@@ -312,7 +312,10 @@ export class Journal {
     if (firstSeq !== this.nextSeq) return Promise.reject(new Error(`replicated batch at seq ${firstSeq}, but the journal's next seq is ${this.nextSeq}`));
     this.nextSeq += records.length;
     return new Promise((resolve, reject) => {
-      const batch: Batch = { firstSeq, records, bytes, waiters: [{ committed: resolve, failed: reject }], settled: false, error: null };
+      // Stored as read, the batch needs its records' count only: holding the records until LMDB
+      // commits (up to 32 batches in flight) kept them alive across scavenges for nothing.
+      const held = bytes === null ? records : new Array<JournalRecord>(records.length);
+      const batch: Batch = { firstSeq, records: held, bytes, waiters: [{ committed: resolve, failed: reject }], settled: false, error: null };
       const previous = this.inFlight[this.inFlight.length - 1];
       this.inFlight.push(batch);
       this.write(batch, previous, null);
