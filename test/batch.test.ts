@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import { exportLines, LAUNCH_INFO, startServer, T0, tempDataDir, type TestServer } from './helpers/server.ts';
 import { clustersOfThisFile } from './helpers/cluster.ts';
+import { MAX_ANSWERS } from '../src/idempotency/batch-answers.ts';
 import { metric, until } from './helpers/wait.ts';
 
 interface Item {
@@ -319,17 +320,17 @@ describe('POST /batch', () => {
     });
   }
 
-  test('whole-batch Idempotency-Key: once 10,000 later batches pushed its answer out of memory, a retry is answered from the journal, word for word, with nothing judged again', process.env.HTTP_THREADS === '2' ? { skip: 'the state thread\'s answers, tested with HTTP_THREADS=1' } : {}, async () => {
+  test('whole-batch Idempotency-Key: once MAX_ANSWERS (10,000) later batches pushed its answer out of memory, a retry is answered from the journal, word for word, with nothing judged again', process.env.HTTP_THREADS === '2' ? { skip: 'the state thread\'s answers, tested with HTTP_THREADS=1' } : {}, async () => {
     const key = { 'idempotency-key': 'evicted-batch' };
     const requests: Item[] = [product('ev1'), { method: 'POST', path: '/product', body: { id: 'ev-bad' } }];
     const first = await sendBatch(server, requests, key);
     assert.deepEqual(statuses(first.body.results), [200, 422]);
-    // The answers held in memory are at most 10,000 batches (batch-answers.ts): 10,000 more push
-    // the first one out, 16 at a time.
+    // The answers held in memory are at most MAX_ANSWERS batches (batch-answers.ts): that many
+    // more push the first one out, 16 at a time.
     let next = 0;
     await Promise.all(
       Array.from({ length: 16 }, async () => {
-        while (next < 10_000) {
+        while (next < MAX_ANSWERS) {
           const i = next++;
           const res = await sendBatch(server, [product(`ev-${i}`)], { 'idempotency-key': `evicting-${i}` });
           assert.equal(res.status, 200, res.text);

@@ -140,29 +140,42 @@ export function pacedLoad(options: PacedOptions): Promise<PacedResult> {
       }
     };
     let opened = 0;
-    for (let n = 0; n < options.connections; n++) {
+    const open = (): void => {
       const c: Connection = { socket: connect({ host, port, noDelay: true }), dueAtMs: null, pending: Buffer.alloc(0) };
       connections.push(c);
       c.socket.on('data', (chunk: Buffer) => onData(c, chunk));
-      // A connection that fails or that the server closes is not used again; its request in
-      // flight counts as unanswered. The server closes a keep-alive connection idle for about 10
-      // s (uWS): the connections at the bottom of the idle stack can sit that long in a 10 s run,
-      // and a request later written to one of them was lost (2 of 360,000 in bench:edges at
-      // 20:06 on 2026-11-29, counted as non-2xx: the load generator's, not the server's).
+      // A connection that fails or that the server closes is not used again (its request in
+      // flight counts as unanswered) and another takes its place. The server closes a keep-alive
+      // connection idle for about 10 s (uWS): the connections at the bottom of the idle stack sit
+      // that long, and a request later written to one of them was lost (2 of 360,000 in
+      // bench:edges at 20:06 on 2026-11-29, counted as non-2xx: the load generator's, not the
+      // server's). A close that crosses a request in flight can still lose it.
+      let dropped = false;
       const drop = (): void => {
+        if (dropped) return;
+        dropped = true;
+        const wasBusy = c.dueAtMs !== null;
         c.dueAtMs = null;
         const at = idle.indexOf(c);
         if (at !== -1) idle.splice(at, 1);
+        connections.splice(connections.indexOf(c), 1);
+        c.socket.destroy();
+        if (finished) return;
+        if (opened === options.connections) open();
+        // Its request is not coming back: the run may be over now.
+        if (wasBusy && sent === total && connections.every((x) => x.dueAtMs === null)) finish();
       };
       c.socket.on('error', drop);
       c.socket.on('end', drop);
       c.socket.once('connect', () => {
+        if (finished) return;
         idle.push(c);
-        if (++opened === options.connections) {
+        if (opened < options.connections && ++opened === options.connections) {
           startedAtMs = performance.now();
           ticker = setInterval(tick, TICK_MS);
         }
       });
-    }
+    };
+    for (let n = 0; n < options.connections; n++) open();
   });
 }

@@ -674,7 +674,12 @@ export class ClusterNode {
         }
         const after = this.host.appliedSeq();
         failPointFor('replication-read');
-        batches = await this.read((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
+        // Not this.read(): this read counts as progress (candidateStalled()) only once its batches
+        // are applied. A batch is decoded as it is applied (StoredBatch.records), so one that
+        // cannot be (a damaged row, a newer version's format) throws below, after the query
+        // succeeded; counted then, a candidate stuck behind it renewed its lease for good (found
+        // by a review).
+        batches = await this.reader.use((client) => this.journal.batchesAfter(client, after, REPLICATION_BATCHES));
         // Nothing after `after`: ask the head whether the journal ends here or was trimmed past
         // it, even when no NOTIFY said it moved. A node that missed the NOTIFYs (its PostgreSQL
         // connections were cut) while retention emptied the journal otherwise read nothing,
@@ -695,11 +700,14 @@ export class ClusterNode {
           if (batch.lastSeq <= applied) continue;
           const from = applied + 1 - batch.firstSeq;
           // A whole batch is stored locally as read (its bytes); a part of one is encoded again.
-          // Decoded here, one batch at a time (StoredBatch.records).
+          // Decoded here, one batch at a time (StoredBatch.records). Crash tests: a batch that
+          // cannot be decoded.
+          failPointFor('replication-decode');
           const records = batch.records;
           await this.host.applyBatch(applied + 1, from === 0 ? records : records.slice(from), from === 0 ? batch.bytes : null);
           if (batch.lastSeq > this.knownHeadSeq) this.knownHeadSeq = batch.lastSeq;
         }
+        this.readOkAtMs = performance.now();
         if (performance.now() - this.trimmedCheckedAtMs >= TRIMMED_CHECK_EVERY_MS) await this.readTrimmed();
         // A full read: more may follow, further than any NOTIFY this node heard (one may have
         // come before its LISTEN, or none while it was cut off). Its lag counts from the head,

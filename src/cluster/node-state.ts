@@ -98,7 +98,7 @@ export class NodeState implements ClusterHost {
     const write = journal.appendReplicated(firstSeq, records, bytes);
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write)).catch(() => undefined);
-    // Apply ahead of the local fsyncs, but only so far: the writes hold their records.
+    // Apply ahead of the local fsyncs, but only so far: each write holds its batch's bytes.
     if (this.writes.size >= MAX_LOCAL_WRITES_IN_FLIGHT) await Promise.race(this.writes);
   }
 

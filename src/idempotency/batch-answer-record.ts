@@ -10,8 +10,9 @@
 // no longer in memory reads it back from there: word for word, with `idempotent-replayed: true`.
 //
 // Only while that record waits in the journal's open batch (not yet encoded for its commit) can
-// the answer join it: a batch whose items were committed in several journal commits (a mapping of
-// more than 1,024 ids applied in slices, an item queued behind another request's worker mapping,
+// the answer join it: a batch whose last journaled record was handed to a commit before its last
+// item was decided (items after it refused or replayed in a later turn, after a wait behind a
+// worker mapping or a mapping applied in slices; a record that filled a journal batch;
 // `COMMIT_MODE=sync`) keeps its answer in memory only, and is judged again as before (README).
 import type { Journal } from '../journal/journal.ts';
 import type { JournalRecord } from '../journal/records.ts';

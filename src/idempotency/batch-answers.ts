@@ -14,7 +14,7 @@
 import type { IdempotencyClaim } from './claim.ts';
 
 /** Batch answers held at most (a retry comes within minutes, not days). */
-const MAX_ANSWERS = 10_000;
+export const MAX_ANSWERS = 10_000;
 /** Their text, in UTF-16 code units (≈ bytes for JSON), at most. */
 const MAX_TEXT_UNITS = 64 * 1024 * 1024;
 
