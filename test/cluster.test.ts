@@ -556,35 +556,33 @@ describe('cluster mode', () => {
     for (const what of WHATS) assert.deepEqual(exportLines(a.dataDir, what), exportLines(b.dataDir, what), `${what}: converged`);
   });
 
-  test('a candidate that cannot read the cluster\'s journal gives the lease up after 3 leases (it renewed it for good), and a caught-up node leads', async () => {
+  /**
+   * A leader goes; b, whose replication fails at `failPoint` from its start (its lease connection
+   * works), takes the lease as a candidate that cannot catch up: it gives the lease up after 3
+   * leases, and a node that can catch up leads.
+   */
+  async function stalledCandidateGivesUp(failPoint: string, tag: string): Promise<void> {
     const c = cluster();
     const a = await c.add();
     await c.leader();
-    // b's reads of the cluster's journal fail from its start (its lease connection works).
-    const b = await c.add({ env: { INTAKE_TEST_FAIL_FOR: 'replication-read:120000' } });
-    await writeEveryKind(a, 'stalled');
-    await a.kill();
-    await until('b to take the lease, as a candidate that cannot catch up', async () => logged(b, 'took the leader lease; applying the journal to its end before accepting writes').length > 0, 10_000);
-    const d = await c.add();
-    const leader = await c.leader(15_000);
-    assert.equal(leader, d, 'the node that could catch up leads');
-    assert.ok(b.logs().some((line) => line.includes('as the candidate it applied nothing for 3 leases')), 'b said why it gave the lease up');
-    assert.equal((await d.post('/product', { id: 'after-stall', name: 'P' })).status, 200);
-  });
-
-  test('a candidate whose reads succeed but whose batches cannot be decoded (a damaged row, a newer format) gives the lease up after 3 leases too', async () => {
-    // Batches are decoded as they are applied, after the read: the read alone must not count as
-    // progress, or such a candidate renewed its lease for good (found by a review).
-    const c = cluster();
-    const a = await c.add();
-    await c.leader();
-    const b = await c.add({ env: { INTAKE_TEST_FAIL_FOR: 'replication-decode:120000' } });
-    await writeEveryKind(a, 'undecodable');
+    const b = await c.add({ env: { INTAKE_TEST_FAIL_FOR: `${failPoint}:120000` } });
+    await writeEveryKind(a, tag);
     await a.kill();
     await until('b to take the lease, as a candidate that cannot catch up', async () => logged(b, 'took the leader lease; applying the journal to its end before accepting writes').length > 0, 10_000);
     const d = await c.add();
     assert.equal(await c.leader(15_000), d, 'the node that could catch up leads');
     assert.ok(b.logs().some((line) => line.includes('as the candidate it applied nothing for 3 leases')), 'b said why it gave the lease up');
+    assert.equal((await d.post('/product', { id: `after-${tag}`, name: 'P' })).status, 200);
+  }
+
+  test('a candidate that cannot read the cluster\'s journal gives the lease up after 3 leases (it renewed it for good), and a caught-up node leads', async () => {
+    await stalledCandidateGivesUp('replication-read', 'stalled');
+  });
+
+  test('a candidate whose reads succeed but whose batches cannot be decoded (a damaged row, a newer format) gives the lease up after 3 leases too', async () => {
+    // Batches are decoded as they are applied, after the read: the read alone must not count as
+    // progress, or such a candidate renewed its lease for good (found by a review).
+    await stalledCandidateGivesUp('replication-decode', 'undecodable');
   });
 
   test('a promotion that fails (once) steps the candidate down instead of leaving it renewing the lease for good; it leads at its next try', async () => {
