@@ -225,19 +225,29 @@ class BatchRun implements ItemOwner {
     const stored = this.context.deps.journaledAnswers;
     const claim = this.request.idempotency;
     if (this.answerEntry === null || stored === undefined || claim === null || this.lastSeq === 0) return;
+    const results = this.results(true);
+    if (results !== null) stored.keep(this.lastSeq, claim, packResults(results, SUCCESS_RESULT));
+  }
+
+  /**
+   * Each item's result as the answer writes it. `asDecided`: items still waiting for their
+   * commit count with the 200 they were decided with, and null is returned when an item got a
+   * 5xx or waits to replay (no answer to keep); otherwise every item is final.
+   */
+  private results(asDecided: boolean): string[] | null {
     const results = new Array<string>(this.items.length);
     for (let i = 0; i < this.items.length; i++) {
       const item = this.items[i]!;
       if (item.isFinal) {
-        if (item.status >= 500) return;
+        if (asDecided && item.status >= 500) return null;
         results[i] = resultOf(item.status, item.body, item.replayed);
         continue;
       }
-      const body = item.pendingSuccessBody;
-      if (body === null) return;
+      const body = asDecided ? item.pendingSuccessBody : null;
+      if (body === null) return null;
       results[i] = resultOf(200, body, false);
     }
-    stored.keep(this.lastSeq, claim, packResults(results, SUCCESS_RESULT));
+    return results;
   }
 
   final(item: BatchItem): void {
@@ -249,12 +259,8 @@ class BatchRun implements ItemOwner {
   private answerWhenDone(): void {
     if (!this.dispatched || this.open !== 0) return;
     // One join: no string per plain success, no rope of 2,000 pieces to flatten when it is sent.
-    const results = new Array<string>(this.items.length);
-    for (let i = 0; i < this.items.length; i++) {
-      const item = this.items[i]!;
-      results[i] = resultOf(item.status, item.body, item.replayed);
-    }
-    const out = `{"results":[${results.join(',')}]}`;
+    // Every item is final here (open is 0).
+    const out = `{"results":[${this.results(false)!.join(',')}]}`;
     // With a key on the batch, its retry gets these results again, unless an item may succeed
     // when retried (a 5xx: only final answers are kept, CONTRACT.md §10).
     if (this.answerEntry !== null) this.context.answers!.finish(this.answerEntry, this.items.every((item) => item.status < 500) ? out : null, Date.now());
