@@ -74,13 +74,15 @@ interface ClusterRound {
   catchUpMs: number;
   rps: number;
   unexpected: number;
+  p50Ms: number;
+  p99Ms: number;
 }
 
-async function singleRound(single: RunningServer, dids: readonly string[], title: string): Promise<{ us: number; rps: number; unexpected: number }> {
+async function singleRound(single: RunningServer, dids: readonly string[], title: string): Promise<{ us: number; rps: number; unexpected: number; p50Ms: number; p99Ms: number }> {
   const pid = single.child.pid!;
   const cpu0 = cpuSeconds(pid);
   const run = await trackLoad(single.url, BENCH_KEY, dids, RATE_CONNECTIONS, ratePerSec, seconds, title);
-  return { us: ((cpuSeconds(pid) - cpu0) / Math.max(1, run.requests)) * 1e6, rps: run.rps, unexpected: run.unexpected };
+  return { us: ((cpuSeconds(pid) - cpu0) / Math.max(1, run.requests)) * 1e6, rps: run.rps, unexpected: run.unexpected, p50Ms: run.p50, p99Ms: run.p99 };
 }
 
 async function clusterRound(leader: LocalClusterNode, follower: LocalClusterNode, pg: OwnServer, dids: readonly string[], title: string): Promise<ClusterRound> {
@@ -104,6 +106,8 @@ async function clusterRound(leader: LocalClusterNode, follower: LocalClusterNode
     catchUpMs,
     rps: run.rps,
     unexpected: run.unexpected,
+    p50Ms: run.p50,
+    p99Ms: run.p99,
   };
 }
 
@@ -239,6 +243,8 @@ async function main(): Promise<void> {
   let haproxy: RunningHaproxy | null = null;
   const singleCpu: number[] = [];
   const singleRps: number[] = [];
+  /** The single node's p50 and p99 (ms) at the fixed rate, by round. */
+  const singleLatency: Array<{ p50Ms: number; p99Ms: number }> = [];
   const cluster: ClusterRound[] = [];
   let unexpectedSingle = 0;
   /** CPU ms per second of the idle cluster (measured during the single-node rounds). */
@@ -270,6 +276,7 @@ async function main(): Promise<void> {
         idle.pg.push(((pg.cpuSeconds() - idle0.pg) / idleSeconds) * 1000);
         singleCpu.push(r.us);
         singleRps.push(r.rps);
+        singleLatency.push({ p50Ms: r.p50Ms, p99Ms: r.p99Ms });
         unexpectedSingle += r.unexpected;
       };
       const runCluster = async () => {
@@ -342,6 +349,7 @@ async function main(): Promise<void> {
     `| CPU µs / track event at ${fmt(ratePerSec, 0)}/s: intake process | ${fmt(single1)} | ${fmt(leader1)} (leader) | ${cpuRatio.toFixed(2)}× | ≤ ${TARGETS.leaderCpu}×: ${verdict(cpuRatio <= TARGETS.leaderCpu)} |`,
     `| CPU µs / track event at ${fmt(ratePerSec, 0)}/s: PostgreSQL (fsync on, all its processes) | – | ${fmt(pg1)} | | (reported) |`,
     `| CPU µs / track event: leader + PostgreSQL | ${fmt(single1)} | ${fmt(leader1 + pg1)} | ${((leader1 + pg1) / single1).toFixed(2)}× | (reported) |`,
+    `| p99 ms at ${fmt(ratePerSec, 0)}/s (p50), medians | ${fmt(median(singleLatency.map((r) => r.p99Ms)), 2)} (${fmt(median(singleLatency.map((r) => r.p50Ms)), 2)}) | ${fmt(median(cluster.map((r) => r.p99Ms)), 2)} (${fmt(median(cluster.map((r) => r.p50Ms)), 2)}) | | (reported) |`,
     `| follower CPU µs / applied record | – | ${fmt(follower1)} | ${followerRatio.toFixed(2)}× the leader's per request | ≤ ${TARGETS.followerCpu}×: ${verdict(followerRatio <= TARGETS.followerCpu)} |`,
   ];
   if (saturated.length > 0) {
@@ -372,7 +380,7 @@ async function main(): Promise<void> {
   };
   const errorLines = nodes.flatMap((node) => node.errorLines.map((line) => `${node.name}: ${messageOf(line)}${line.length > 300 ? `${line.slice(0, 300)}…` : line}`));
   const notes = [
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds} ${failoverNodes}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}.`,
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, Node ${process.version}; load generators, both modes' servers, PostgreSQL 15 (our own, fsync on) and haproxy all on this machine. Command: \`npm run bench:cluster -- ${seconds} ${rounds} ${ratePerSec} ${kills} ${saturationSeconds} ${failoverNodes}\`. Cluster lease: CLUSTER_LEASE_MS = ${LEASE_MS}${process.env.CLUSTER_LEASE_MS === undefined ? ' (default)' : ''}; the leader's commit gap: CLUSTER_COMMIT_GAP_MS = ${process.env.CLUSTER_COMMIT_GAP_MS ?? '2 (default)'}.`,
     `CPU per request: utime + stime of the process (all threads) ÷ requests answered, at ${fmt(ratePerSec, 0)} track events/s from ${RATE_CONNECTIONS} connections for ${seconds} s, median of ${rounds} alternating rounds. PostgreSQL: its whole process tree over the cluster round, the follower's catch-up reads included. Follower: its CPU from the round's start until it has applied what the leader committed in it, ÷ the records it applied.`,
     `Rounds: single node µs/request ${singleCpu.map((v) => fmt(v)).join(', ')} (achieved ${singleRps.map((v) => fmt(v, 0)).join(', ')} req/s); leader µs/request ${cluster.map((r) => fmt(r.leaderUs)).join(', ')} (achieved ${cluster.map((r) => fmt(r.rps, 0)).join(', ')} req/s); PostgreSQL µs/request ${cluster.map((r) => fmt(r.pgUs)).join(', ')}; follower µs/record ${cluster.map((r) => fmt(r.followerUsPerRecord)).join(', ')} (records ${cluster.map((r) => r.records).join(', ')}; caught up ${cluster.map((r) => fmt(r.catchUpMs, 0)).join(', ')} ms after the load ended). Answers other than 200 at the fixed rate: single ${unexpectedSingle}, leader ${cluster.reduce((a, r) => a + r.unexpected, 0)}.`,
     `The idle cluster (during the single-node rounds, which load the machine too): leader ${fmt(median(idle.leader))}, follower ${fmt(median(idle.follower))}, PostgreSQL ${fmt(median(idle.pg))} CPU ms per second (lease renewals, the follower's 250 ms poll, elections); at ${fmt(ratePerSec, 0)} records/s the follower's idle share is ${fmt((median(idle.follower) / ratePerSec) * 1000)} µs per record.`,

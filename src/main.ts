@@ -321,7 +321,7 @@ async function main(): Promise<void> {
       adoptSinkPositions: (positions) => delivery.adopt(positions),
     });
     node = new ClusterNode(
-      { url: settings.clusterPostgresUrl, cluster: settings.clusterName, leaseMs: settings.clusterLeaseMs, journalRetentionSeconds: settings.journalRetentionSeconds },
+      { url: settings.clusterPostgresUrl, cluster: settings.clusterName, leaseMs: settings.clusterLeaseMs, journalRetentionSeconds: settings.journalRetentionSeconds, commitGapMs: settings.clusterCommitGapMs },
       state,
       log,
       (clusterCounters = clusterMetrics(metrics.registry, () => node)),

@@ -118,7 +118,7 @@ export interface ClusterHost {
    * Starts accepting writes in `epoch`: each journal batch is committed through `commit` (to
    * PostgreSQL) before it is written locally and answered.
    */
-  lead(epoch: number, commit: RemoteCommit): void;
+  lead(epoch: number, commit: RemoteCommit, commitGapMs: number): void;
   /**
    * Stops accepting writes: the open and in-flight batches fail (503). Resolves to true when
    * writes were applied that PostgreSQL may not hold (then the host must rebuild).
@@ -175,6 +175,8 @@ export interface ClusterNodeSettings {
   leaseMs: number;
   /** JOURNAL_RETENTION_SECONDS: 0 keeps the whole journal in PostgreSQL. */
   journalRetentionSeconds: number;
+  /** CLUSTER_COMMIT_GAP_MS: the least time between the starts of two commits (journal.ts). */
+  commitGapMs: number;
 }
 
 export interface ClusterMetrics {
@@ -1135,7 +1137,7 @@ export class ClusterNode {
     await this.takeSinkPositions();
     if (this.roleNow !== 'candidate') return;
     const epoch = this.epochNow;
-    this.host.lead(epoch, (firstSeq, records, bytes) => this.commit(epoch, firstSeq, records, bytes));
+    this.host.lead(epoch, (firstSeq, records, bytes) => this.commit(epoch, firstSeq, records, bytes), this.settings.commitGapMs);
     this.roleNow = 'leader';
     this.host.leading(true);
     this.log.info({ epoch, appliedSeq: this.host.appliedSeq() }, 'leading: accepting writes');

@@ -107,8 +107,8 @@ export class NodeState implements ClusterHost {
     await this.deps.journal.whenDurable();
   }
 
-  lead(epoch: number, commit: RemoteCommit): void {
-    this.deps.journal.lead(commit);
+  lead(epoch: number, commit: RemoteCommit, commitGapMs: number): void {
+    this.deps.journal.lead(commit, commitGapMs);
   }
 
   stopLeading(reason: Error): Promise<boolean> {

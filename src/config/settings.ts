@@ -51,6 +51,7 @@ export interface Settings {
   nodeName: string;
   clusterLeaseMs: number;
   clusterForwardTimeoutMs: number;
+  clusterCommitGapMs: number;
   clusterAdvertiseUrl: string;
 }
 
@@ -125,6 +126,7 @@ export const SETTINGS: readonly SettingSpec[] = [
   { key: 'nodeName', env: 'NODE_NAME', flag: '--node-name', kind: 'string', defaultValue: '', defaultLabel: 'host name and port', pattern: /^[\x21-\x7e]{1,128}$/, patternHint: '1 to 128 printable ASCII characters, no spaces', description: 'cluster mode: this node\'s name, unique in its cluster (logs, metrics, GET /cluster)' },
   { key: 'clusterLeaseMs', env: 'CLUSTER_LEASE_MS', flag: '--cluster-lease-ms', kind: 'integer', defaultValue: 5000, min: 250, max: 600_000, description: 'cluster mode: how long a leader that stopped renewing keeps its role (it renews about 5 times per lease)' },
   { key: 'clusterForwardTimeoutMs', env: 'CLUSTER_FORWARD_TIMEOUT_MS', flag: '--cluster-forward-timeout-ms', kind: 'integer', defaultValue: 0, defaultLabel: 'CLUSTER_LEASE_MS + 3000', min: 0, max: 600_000, description: 'cluster mode: how long a follower holds a write it forwards to the leader while no leader answers (a leader change), before it answers 503 with Retry-After (0: CLUSTER_LEASE_MS + 3000)' },
+  { key: 'clusterCommitGapMs', env: 'CLUSTER_COMMIT_GAP_MS', flag: '--cluster-commit-gap-ms', kind: 'integer', defaultValue: 2, min: 0, max: 1000, description: 'cluster mode: the least time between the starts of two of the leader\'s commits in PostgreSQL; writes that come meanwhile wait (at most this long, and only while fewer than 64) and go in one commit: fewer commits, less CPU for the leader and PostgreSQL (0: commit as soon as the one before has ended)' },
   { key: 'clusterAdvertiseUrl', env: 'CLUSTER_ADVERTISE_URL', flag: '--cluster-advertise-url', kind: 'string', defaultValue: '', defaultLabel: 'http://HOST:PORT', pattern: /^https?:\/\/(\[[0-9A-Fa-f:.]+\]|[^\s/:[\]@]+)(:[0-9]{1,5})?$/, patternHint: 'http://host:port, no path; an IPv6 address in brackets', description: 'cluster mode: the address other nodes forward writes to while this node leads (empty: http://HOST:PORT, with the host name when HOST is 0.0.0.0 or ::)' },
   { key: 'logLevel', env: 'LOG_LEVEL', flag: '--log-level', kind: 'string', defaultValue: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], description: 'log level (JSON lines on stdout; debug adds one line per request)' },
 ];
