@@ -456,6 +456,8 @@ async function main(): Promise<void> {
       exitProcess(1);
     }, STOP_HARD_LIMIT_MS);
     server.stopAccepting();
+    // The requests in flight are answered once committed: without waiting for the commit gap.
+    journal.endCommitGap();
     // A follower no longer takes the lease while it finishes its requests (its leader may be
     // stopping too: one leader change for the clients, not two).
     node?.leave();

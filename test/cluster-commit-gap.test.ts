@@ -17,11 +17,18 @@ async function commits(node: TestNode): Promise<number> {
   return (await metric(node, 'intake_cluster_commit_duration_seconds_count')) ?? 0;
 }
 
-/** Sends product upserts `ids` at once; resolves with each one's status and the time all took. */
-async function upserts(node: TestNode, ids: string[]): Promise<{ statuses: number[]; ms: number }> {
+/** Sends product upserts `ids` at once; resolves with each one's status and answer time, and the time all took (ms). */
+async function upserts(node: TestNode, ids: string[]): Promise<{ statuses: number[]; ms: number; answeredMs: number[] }> {
   const startedAt = performance.now();
-  const answers = await Promise.all(ids.map((id) => node.post('/product', { id, name: 'P' })));
-  return { statuses: answers.map((r) => r.status), ms: performance.now() - startedAt };
+  const answeredMs: number[] = [];
+  const answers = await Promise.all(
+    ids.map(async (id, i) => {
+      const res = await node.post('/product', { id, name: 'P' });
+      answeredMs[i] = performance.now() - startedAt;
+      return res;
+    }),
+  );
+  return { statuses: answers.map((r) => r.status), ms: performance.now() - startedAt, answeredMs };
 }
 
 test('writes within the commit gap wait for it and go in one commit; the first after a quiet spell goes at once', async () => {
@@ -40,23 +47,27 @@ test('writes within the commit gap wait for it and go in one commit; the first a
   const sentAt = performance.now();
   const next = await upserts(leader, ['a', 'b', 'c', 'd', 'e']);
   assert.deepEqual(next.statuses, [200, 200, 200, 200, 200]);
-  // The first commit started before `first` was sent, so the gap ends at most GAP_MS after sentAt
-  // minus first.ms; the timer may fire a little early.
+  // The first commit started after `first` was sent and before it was answered, so the gap ends
+  // at least GAP_MS - first.ms after sentAt; the timer may fire a little early.
   assert.ok(next.ms >= GAP_MS - first.ms - 50, `writes within the gap wait for it (${Math.round(next.ms)} ms after ${Math.round(performance.now() - sentAt)})`);
   assert.equal((await commits(leader)) - before, 2, 'one commit for the first write, one for the five after it');
 });
 
-test('a full batch does not wait for the commit gap', async () => {
+test('a full batch does not wait for the commit gap, even with an open batch behind it', async () => {
   const c = cluster({ CLUSTER_COMMIT_GAP_MS: String(GAP_MS), JOURNAL_MAX_BATCH_RECORDS: '4' });
   await c.add();
   const leader = await c.leader();
   await sleep(GAP_MS + 200);
   const first = await upserts(leader, ['first']);
   assert.deepEqual(first.statuses, [200]);
-  // Eight writes at once fill two batches of 4: both go as soon as the commit before each ends.
-  const full = await upserts(leader, ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
-  assert.deepEqual(full.statuses, Array(8).fill(200));
-  assert.ok(full.ms < GAP_MS - 500, `full batches are not held (${Math.round(full.ms)} ms)`);
+  // Ten writes at once: two full batches of 4, each sent as soon as the commit before it ends
+  // (the second while the last 2 wait in the open batch behind it), then those 2, held for the
+  // gap after the second full batch's commit started.
+  const ten = await upserts(leader, ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j']);
+  assert.deepEqual(ten.statuses, Array(10).fill(200));
+  const times = [...ten.answeredMs].sort((x, y) => x - y);
+  assert.ok(times[7]! < GAP_MS - 500, `the 8 writes of full batches are not held (${times.map(Math.round).join(', ')} ms)`);
+  assert.ok(times[8]! >= GAP_MS - 100, `the last 2 wait for the gap (${times.map(Math.round).join(', ')} ms)`);
 });
 
 test('a batch of 64 records is not held for the commit gap', async () => {
@@ -71,13 +82,18 @@ test('a batch of 64 records is not held for the commit gap', async () => {
   assert.ok(many.ms < GAP_MS - 500, `a batch of 64 is not held (${Math.round(many.ms)} ms)`);
 });
 
-test('CLUSTER_COMMIT_GAP_MS=0 commits as soon as the commit before has ended', async () => {
-  const c = cluster({ CLUSTER_COMMIT_GAP_MS: '0' });
-  await c.add();
-  const leader = await c.leader();
-  const first = await upserts(leader, ['first']);
-  assert.deepEqual(first.statuses, [200]);
-  const next = await upserts(leader, ['a', 'b', 'c']);
-  assert.deepEqual(next.statuses, [200, 200, 200]);
-  assert.ok(next.ms < 1_000, `no gap (${Math.round(next.ms)} ms)`);
+test('a graceful stop sends a batch held for the commit gap at once, and answers it 200', async () => {
+  const c = cluster({ CLUSTER_COMMIT_GAP_MS: String(GAP_MS) });
+  const leader = await c.add();
+  await c.leader();
+  await sleep(GAP_MS + 200);
+  assert.deepEqual((await upserts(leader, ['first'])).statuses, [200]);
+  // Held for the gap; the SIGTERM comes while it waits.
+  const held = upserts(leader, ['held']);
+  await sleep(100);
+  const stopped = leader.stop();
+  const answer = await held;
+  assert.deepEqual(answer.statuses, [200]);
+  assert.ok(answer.ms < GAP_MS - 300, `the stop did not wait for the gap (${Math.round(answer.ms)} ms)`);
+  assert.equal(await stopped, 0, 'a clean stop');
 });

@@ -51,7 +51,7 @@ test('a full disk: the journal fails, and a stop exits 1', async (t) => {
     env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), DATA_DIR: dataDir, SERVICE_KEYS: `ws-a:${KEY_A}`, LOG_LEVEL: 'info' },
     stdio: ['ignore', out, out],
   });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   t.after(() => child.kill('SIGKILL'));
   const url = `http://127.0.0.1:${port}`;
   // The load comes from a process of its own that ends before the stop: no keep-alive
@@ -92,5 +92,17 @@ test('a full disk: the journal fails, and a stop exits 1', async (t) => {
   assert.ok(refused >= 50, 'the journal failed: the disk is full');
   assert.equal(ready, 503);
   child.kill('SIGTERM');
-  assert.equal(await exited, 1, `a stop after a journal failure exits 1; log: ${readFileSync(logFile, 'utf8').slice(-600)}`);
+  const { code, signal } = await exited;
+  const log = readFileSync(logFile, 'utf8');
+  if (code === null && signal === 'SIGABRT') {
+    // The stop reported the failure and then lmdb-js's native teardown aborted (glibc "corrupted
+    // size vs. prev_size": README, Known flaky; 1 clean run in 3 on 2026-11-29). A supervisor
+    // still sees a failure, which is what this test guards (the bug was an exit 0): accepted only
+    // after the stop's own "stopped" line with journalFailed, and with glibc's message.
+    assert.match(log, /"journalFailed":true,"msg":"stopped"/, `aborted before the stop had reported the failure: ${log.slice(-600)}`);
+    assert.match(log, /corrupted size vs\. prev_size/, `aborted, and not in lmdb-js's known teardown fault: ${log.slice(-600)}`);
+    t.diagnostic('the stop reported the journal failure, then lmdb-js aborted in native teardown (SIGABRT)');
+    return;
+  }
+  assert.equal(code, 1, `a stop after a journal failure exits 1; log: ${log.slice(-600)}`);
 });

@@ -286,6 +286,7 @@ export class Journal {
   /** Cluster mode, before the node is in the election: refuse writes, for `reason`. */
   follow(reason: Error): void {
     this.notLeading = reason;
+    this.sendHeldBatch();
   }
 
   /**
@@ -499,6 +500,25 @@ export class Journal {
     if (this.inFlight.length < this.maxInFlight) this.closeBatch(true);
   }
 
+  /**
+   * A stop: no commit gap from now on, and a batch held for it goes at once. The requests in
+   * flight that a stop waits for must not wait for the gap too (1 s at most, CLUSTER_COMMIT_GAP_MS).
+   */
+  endCommitGap(): void {
+    this.remoteGapMs = 0;
+    this.sendHeldBatch();
+  }
+
+  /**
+   * Hands over at once the open batch held for the commit gap, if one is: a stop must not wait
+   * for the gap, nor send that commit after it has let the lease go (found by review).
+   */
+  private sendHeldBatch(): void {
+    if (this.gapTimer === null) return;
+    this.clearGapTimer();
+    if (this.inFlight.length < this.maxInFlight) this.closeBatch(true);
+  }
+
   private clearGapTimer(): void {
     if (this.gapTimer === null) return;
     clearTimeout(this.gapTimer);
@@ -647,6 +667,8 @@ export class Journal {
 
   /** Resolves when every appended record has been committed or has failed. */
   drain(): Promise<void> {
+    // A stop waits for nothing: a batch held for the commit gap goes now.
+    this.sendHeldBatch();
     if (this.current === null && this.inFlight.length === 0 && this.full.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
