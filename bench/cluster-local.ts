@@ -27,6 +27,7 @@ import { LocalClusterNode, waitForLeader, type ClusterStatus } from './lib/clust
 import { ensureHaproxy, startHaproxy, type RunningHaproxy } from './lib/haproxy.ts';
 import { ROOT } from './lib/servers.ts';
 import { freePort } from './lib/sink-servers.ts';
+import { StopSignals } from '../src/cli/stop-signals.ts';
 
 const USAGE = 'usage: npm run cluster:local -- <nodes> <postgres-url> [cluster-name | fresh]';
 const CLUSTER_NAME_PATTERN = /^[A-Za-z0-9_-]{1,40}$/;
@@ -138,8 +139,11 @@ async function main(): Promise<void> {
   }
 
   let haproxy: RunningHaproxy | null = null;
+  const signals = new StopSignals();
   const stopAll = async (signal: string, exitCode = 0): Promise<void> => {
-    if (stopping) {
+    const seen = signals.seen(signal);
+    if (seen === 'copy') return;
+    if (stopping || seen === 'again') {
       say('second signal: killing everything now');
       haproxy?.child.kill('SIGKILL');
       for (const node of nodes) void node.kill('SIGKILL');

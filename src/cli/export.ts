@@ -15,6 +15,7 @@ import { newestCompleteSnapshot } from '../journal/snapshot-writer.ts';
 import { dataDirInUse } from '../journal/data-dir.ts';
 import { NdjsonWriter } from './output.ts';
 import { requireStore } from './data-dir-check.ts';
+import { StopSignals } from './stop-signals.ts';
 
 const WHATS = ['events', 'devices', 'customers', 'products', 'collections'] as const;
 type What = (typeof WHATS)[number];
@@ -138,7 +139,10 @@ async function printEvents(store: Store, args: ExportArgs, out: NdjsonWriter, af
 async function follow(store: Store, args: ExportArgs, out: NdjsonWriter): Promise<void> {
   let stopping = false;
   let wake: (() => void) | null = null;
-  const stop = (): void => {
+  const signals = new StopSignals();
+  const stop = (signal: NodeJS.Signals): void => {
+    // npm's forwarded copy of a Ctrl-C is not a second one (stop-signals.ts).
+    if (signals.seen(signal) === 'copy') return;
     // A second signal, or a reader that does not take what is already written: exit anyway.
     if (stopping) process.exit(0);
     stopping = true;

@@ -8,6 +8,7 @@ import { resolve } from 'node:path';
 import { createClient, describeError, IntakeError, IntakeRequestError, IntakeUnavailableError, IntakeValidationError, type IntakeClient } from '../client/index.ts';
 import { IMPORT_KINDS, LineError, lineKey, sendLine, type ImportKind } from './import-lines.ts';
 import { Progress } from './import-progress.ts';
+import { StopSignals } from './stop-signals.ts';
 
 const USAGE = `usage: npm run import -- <${IMPORT_KINDS.join('|')}> <file.ndjson> [--url <url>] [--key <key>] [--idempotency-salt <text>] [--retry-seconds <n>]
   products      each line a product as POST /product takes it: {"id":"p1","name":"Shirt","price":20}
@@ -35,8 +36,6 @@ const BATCH_ITEMS = 1_000;
 const MAX_LINES_IN_FLIGHT = 2 * BATCH_ITEMS;
 const MAX_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 const DEFAULT_RETRY_SECONDS = 120;
-/** A signal this long after the first quits at once; sooner, it is the same Ctrl-C delivered twice (see onSignal). */
-const SIGNAL_REPEAT_MS = 500;
 /** The client's own bound on a deadline is far above any sensible wait: a day. */
 const MAX_RETRY_SECONDS = 86_400;
 
@@ -232,18 +231,14 @@ async function run(args: Args): Promise<number> {
     process.exit(signalStatus);
   };
 
-  let interruptedAtMs = 0;
+  // One Ctrl-C under `npm run import` arrives twice within milliseconds (stop-signals.ts): only a
+  // second press, later, means "quit now" (a review: the first one quit at once, no summary).
+  const signals = new StopSignals();
   const onSignal = (signal: NodeJS.Signals): void => {
-    const nowMs = performance.now();
-    if (interrupted) {
-      // One Ctrl-C under `npm run import` arrives twice within milliseconds: from the terminal
-      // (to the whole process group) and from npm, which passes its own on. Only a second
-      // press, later, means "quit now" (a review: the first one quit at once, no summary).
-      if (nowMs - interruptedAtMs >= SIGNAL_REPEAT_MS) quitNow();
-      return;
-    }
+    const seen = signals.seen(signal);
+    if (seen === 'copy') return;
+    if (seen === 'again') return quitNow();
     interrupted = true;
-    interruptedAtMs = nowMs;
     signalStatus = signal === 'SIGTERM' ? 143 : 130;
     progress.note(`interrupted: finishing the ${inFlight} line(s) already sent (Ctrl-C again to quit now; a re-run is safe either way)`);
   };
