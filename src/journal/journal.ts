@@ -287,7 +287,6 @@ export class Journal {
   /** Cluster mode, before the node is in the election: refuse writes, for `reason`. */
   follow(reason: Error): void {
     this.notLeading = reason;
-    this.sendHeldBatch();
   }
 
   /**
@@ -390,9 +389,9 @@ export class Journal {
       this.current = null;
       this.full.push(batch);
       if (this.inFlight.length < this.maxInFlight) this.closeBatch();
-    } else if (batch.records.length === GAP_HOLDS_BELOW_RECORDS && this.gapTimer !== null && this.inFlight.length < this.maxInFlight) {
-      // Held for the commit gap, and large enough now that waiting saves little.
-      this.closeBatch(true);
+    } else if (batch.records.length === GAP_HOLDS_BELOW_RECORDS) {
+      // If held for the commit gap: large enough now that waiting saves little.
+      this.sendHeldBatch();
     }
     return seq;
   }
@@ -511,8 +510,9 @@ export class Journal {
   }
 
   /**
-   * Hands over at once the open batch held for the commit gap, if one is: a stop must not wait
-   * for the gap, nor send that commit after it has let the lease go (found by review).
+   * Hands over at once the open batch held for the commit gap, if one is: one that has grown
+   * large enough, or one a stop (endCommitGap(), drain()) must not wait for, nor send after it
+   * has let the lease go (found by review).
    */
   private sendHeldBatch(): void {
     if (this.gapTimer === null) return;
