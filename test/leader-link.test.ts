@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { LeaderTarget } from '../src/cluster/cluster-node.ts';
-import { LeaderLink } from '../src/cluster/leader-link.ts';
+import { LeaderLink, type LinkLimits } from '../src/cluster/leader-link.ts';
 import { AnswerWriter, readCommands, type Answer, type Command } from '../src/handoff/frames.ts';
 import { frameFromBytes } from '../src/handoff/wire.ts';
 
@@ -40,7 +40,7 @@ time.sleep(120)
  * A leader that answers every command of each POSTed frame 200 after `delayMs`; counts the POSTs
  * and the commands. Closed after the test.
  */
-async function stubLeader(t: TestContext, delayMs = 0): Promise<{ url: string; posts: () => number; applied: () => number }> {
+async function stubLeader(t: TestContext, delayMs = 0, answerBody = '{"success":true}'): Promise<{ url: string; posts: () => number; applied: () => number }> {
   let posts = 0;
   let applied = 0;
   const server = http.createServer((req, res) => {
@@ -52,7 +52,7 @@ async function stubLeader(t: TestContext, delayMs = 0): Promise<{ url: string; p
       const answers = new AnswerWriter();
       for (const c of readCommands(frame)) {
         applied++;
-        answers.add({ id: c.id, status: 200, body: '{"success":true}', header: '', headerValue: '', close: false });
+        answers.add({ id: c.id, status: 200, body: answerBody, header: '', headerValue: '', close: false });
       }
       setTimeout(() => res.end(answers.take()), delayMs);
     });
@@ -63,8 +63,8 @@ async function stubLeader(t: TestContext, delayMs = 0): Promise<{ url: string; p
 }
 
 /** A follower's link that forwards to `target()` (never leads itself), stopped after the test. */
-function followerLink(t: TestContext, origin: string, target: () => LeaderTarget | null, forwardTimeoutMs: number): LeaderLink {
-  const link = new LeaderLink({ origin, target, local: { run: () => assert.fail('this node does not lead') }, forwardTimeoutMs, keysRemembered: true, log: pino({ level: 'silent' }) });
+function followerLink(t: TestContext, origin: string, target: () => LeaderTarget | null, forwardTimeoutMs: number, limits: Partial<LinkLimits> = {}): LeaderLink {
+  const link = new LeaderLink({ origin, target, local: { run: () => assert.fail('this node does not lead') }, forwardTimeoutMs, keysRemembered: true, log: pino({ level: 'silent' }), limits });
   t.after(() => link.stop());
   return link;
 }
@@ -106,4 +106,22 @@ test('a frame in flight waits for its latest deadline: a command near its end ge
   assert.ok(a.atMs >= 1_990 && a.atMs < 2_500, `at its own deadline (2,000 ms): ${a.atMs.toFixed(0)} ms`);
   assert.deepEqual([b.answer.status, b.answer.body], [200, '{"success":true}'], 'the fresh one: the leader\'s answer');
   assert.equal(slow.posts(), 1, 'one POST: the frame was not cut short by the old command\'s deadline');
+});
+
+test('a leader\'s answer longer than maxAnswerBytes is cut off: its writes get 503 "may or may not have been applied", and are not sent again', async (t) => {
+  // A broken or impostor leader could otherwise grow the follower's memory without end.
+  const wordy = await stubLeader(t, 0, JSON.stringify({ success: true, padding: 'x'.repeat(64 * 1024) }));
+  const leader = { name: 'wordy', url: wordy.url, secret: 's1', epoch: 1 };
+  const link = followerLink(t, 'f/3', () => leader, 2_000, { maxAnswerBytes: 16 * 1024 });
+  const answers = await Promise.all(['', 'key-1'].map((key) => new Promise<Answer>((resolve) => link.run(command(key), resolve))));
+  for (const answer of answers) {
+    assert.equal(answer.status, 503, answer.body);
+    assert.match(answer.body, /longer than 16384 bytes; the write may or may not have been applied/);
+  }
+  assert.equal(wordy.posts(), 1, 'one POST: a keyed write sent again would get the same answer');
+  // Within the limit, the same leader's answer is read whole.
+  const roomy = followerLink(t, 'f/4', () => leader, 2_000, { maxAnswerBytes: 1024 * 1024 });
+  const answer = await new Promise<Answer>((resolve) => roomy.run(command('key-2'), resolve));
+  assert.equal(answer.status, 200);
+  assert.equal(answer.body.length, JSON.stringify({ success: true, padding: 'x'.repeat(64 * 1024) }).length);
 });

@@ -37,6 +37,13 @@ export interface LinkLimits {
   /** A frame stops growing past this (a single bigger command goes alone). */
   maxFrameBytes: number;
   maxPostsInFlight: number;
+  /**
+   * A leader's answer to one POST is read up to this many bytes; a longer one is cut off and its
+   * writes get 503 ("may or may not have been applied"). Its answers are the routes' own (a batch's
+   * holds one result per item), so a frame's are some MB at most: the limit only stops a broken or
+   * impostor leader from growing this process's memory without end.
+   */
+  maxAnswerBytes: number;
 }
 
 export const DEFAULT_LINK_LIMITS: LinkLimits = {
@@ -45,6 +52,7 @@ export const DEFAULT_LINK_LIMITS: LinkLimits = {
   maxFrameCommands: FRAME_MAX_COMMANDS,
   maxFrameBytes: FRAME_MAX_BYTES,
   maxPostsInFlight: 8,
+  maxAnswerBytes: 64 * 1024 * 1024,
 };
 
 /** While no leader can take a frame, waiting commands are looked at again this often. */
@@ -124,7 +132,13 @@ interface Forward {
   done: boolean;
 }
 
-type Outcome = { kind: 'answered'; text: string } | { kind: 'refused'; status: number; text: string } | { kind: 'failed'; status: number; text: string } | { kind: 'not-sent'; reason: string } | { kind: 'lost'; reason: string };
+type Outcome =
+  | { kind: 'answered'; text: string }
+  | { kind: 'refused'; status: number; text: string }
+  | { kind: 'failed'; status: number; text: string }
+  | { kind: 'not-sent'; reason: string }
+  | { kind: 'lost'; reason: string }
+  | { kind: 'too-large'; status: number };
 
 function sameTarget(a: LeaderTarget | null, b: LeaderTarget): boolean {
   return a !== null && a.url === b.url && a.secret === b.secret;
@@ -438,7 +452,14 @@ export class LeaderLink implements CommandSink {
       });
       req.on('response', (res) => {
         const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        let answerBytes = 0;
+        res.on('data', (chunk: Buffer) => {
+          answerBytes += chunk.length;
+          if (answerBytes <= this.limits.maxAnswerBytes) return void chunks.push(chunk);
+          done({ kind: 'too-large', status: res.statusCode ?? 0 });
+          chunks.length = 0;
+          req.destroy();
+        });
         res.on('error', (error) => done({ kind: 'lost', reason: errorCode(error) }));
         // A response cut off before its end (the connection closed) is 'aborted', then 'close'.
         res.on('close', () => {
@@ -489,6 +510,11 @@ export class LeaderLink implements CommandSink {
       case 'lost':
         this.failing(`no answer from ${target.url} (${outcome.reason})`);
         return this.again(target, frame, true);
+      case 'too-large':
+        // Sent again, a keyed write would replay the same answer: nothing to retry that would go better.
+        this.options.log.error({ leader: target.name, status: outcome.status, maxAnswerBytes: this.limits.maxAnswerBytes }, 'the leader\'s answer to forwarded writes is longer than the limit');
+        for (const f of frame) this.refuse(f, `the cluster leader's answer was longer than ${this.limits.maxAnswerBytes} bytes; the write may or may not have been applied`);
+        return;
       case 'failed':
         // The leader took the frame and could not run it (another version, a bug): nothing to
         // retry that would go better. The client may retry.
@@ -561,6 +587,7 @@ export class LeaderLink implements CommandSink {
         if (this.waiting.length > 0) this.flush();
       } else if (outcome.kind === 'refused') this.failing(outcome.status === 401 ? 'the leader refused this node\'s secret (a newer epoch)' : `the node ${target.name} does not take writes now`);
       else if (outcome.kind === 'failed') this.failing(`the leader answers ${outcome.status}`);
+      else if (outcome.kind === 'too-large') this.failing(`the leader's answer is longer than ${this.limits.maxAnswerBytes} bytes`);
       else this.failing(`${outcome.reason} from ${target.url}`);
     });
   }
