@@ -3,6 +3,8 @@
 // does: package.json's `exports` must resolve `intake/client` to the compiled build.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import {
   ClientClosedError,
   createClient,
@@ -699,6 +701,49 @@ describe('intake/client', () => {
     assert.equal(proxy.seen.length, 3, 'one attempt each: not retried');
     assert.equal(elsewhere.seen.length, 0, 'the redirect target got nothing');
     await c.close();
+  });
+
+  test('an answer longer than maxAnswerBytes (declared, or chunked without a length) is cut off unread: its writes fail as "may have been applied", not retried', async () => {
+    // Not intake at the url (or a broken proxy) must not grow the client's memory without end.
+    let requests = 0;
+    const wordy = http.createServer((req, res) => {
+      requests++;
+      req.resume();
+      req.on('end', () => {
+        const chunk = Buffer.alloc(64 * 1024, 0x20);
+        if (requests === 1) {
+          res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(32 * chunk.length) });
+        } else res.writeHead(200, { 'content-type': 'application/json' });
+        // Written as the client reads: it cuts the answer off after 1 MiB, and the rest meets a closed socket.
+        let sent = 0;
+        const more = (): void => {
+          while (sent < 32) {
+            sent++;
+            if (!res.write(chunk)) return void res.once('drain', more);
+          }
+          res.end();
+        };
+        res.on('error', () => undefined);
+        more();
+      });
+    });
+    await new Promise<void>((resolve) => wordy.listen(0, '127.0.0.1', resolve));
+    try {
+      const c = client(`http://127.0.0.1:${(wordy.address() as AddressInfo).port}`, { maxAnswerBytes: 1024 * 1024 });
+      for (const id of ['declared-length', 'chunked']) {
+        const error = rejection(await outcome(c.upsertProduct({ id, name: 'n' })));
+        assert.ok(error instanceof IntakeUnavailableError, String(error));
+        assert.equal(error.mayHaveBeenApplied, true);
+        assert.equal(error.lastStatus, 200);
+        assert.match(error.message, /answered 200 with a body longer than maxAnswerBytes \(1048576 bytes\): not read/);
+      }
+      assert.equal(requests, 2, 'one attempt each: the same answer would come back');
+      await c.close();
+      assert.throws(() => createClient({ url: 'http://127.0.0.1:9', serviceKey: KEY_A, maxAnswerBytes: 0 }), /maxAnswerBytes must be a positive number/);
+    } finally {
+      wordy.closeAllConnections();
+      await new Promise((resolve) => wordy.close(resolve));
+    }
   });
 
   test('the flush interval counts from each write\'s own enqueue: a write left at the head when the bytes limit sent the older one waits its whole interval', async () => {

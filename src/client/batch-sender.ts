@@ -247,6 +247,7 @@ async function sendGroup(
       body: current.body,
       idempotencyKey: current.batchKey,
       timeoutMs: Math.min(options.requestTimeoutMs, remainingMs),
+      maxAnswerBytes: options.maxAnswerBytes,
     });
     attempts++;
     let retryStatus: number | null = null;
@@ -263,6 +264,12 @@ async function sendGroup(
       current = await loneEnvelope(current.writes[0]!, options);
       lastError = outcome.error;
       continue;
+    } else if (outcome.kind === 'too-large') {
+      // Answered, but longer than any answer of intake's: not read, and not sent again (the same
+      // answer would come back). Whatever it answered may have been applied.
+      const cause = new IntakeProtocolError(`${lone === null ? 'POST /batch' : `${lone.method} ${lone.path}`} answered ${outcome.status} with a body longer than maxAnswerBytes (${options.maxAnswerBytes} bytes): not read`);
+      for (const w of current.writes) w.reject(new IntakeUnavailableError(identity(w), attempts, outcome.status, cause, true));
+      return null;
     } else if (outcome.kind === 'network') {
       retryError = outcome.error;
       if (!neverConnected(outcome.error)) reached = true;

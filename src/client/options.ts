@@ -27,6 +27,12 @@ export interface ClientOptions {
   gzipThresholdBytes?: number;
   /** One attempt (send and read the answer) gives up after this long (default 30,000 ms). */
   requestTimeoutMs?: number;
+  /**
+   * An answer is read up to this many bytes (default 64 MiB; a batch of 1,000 writes is answered
+   * in some hundred KB). A longer one (not intake at `url`, or a broken proxy) is cut off and the
+   * writes it answered fail with IntakeUnavailableError, not retried: it may have applied them.
+   */
+  maxAnswerBytes?: number;
   /** First retry waits up to this long (full jitter), doubling each retry (default 100 ms). */
   retryBaseDelayMs?: number;
   /** No computed backoff waits longer than this (default 10,000 ms). */
@@ -65,6 +71,7 @@ export const DEFAULTS = {
   maxQueueBytes: 16 * 1024 * 1024,
   gzipThresholdBytes: 16 * 1024,
   requestTimeoutMs: 30_000,
+  maxAnswerBytes: 64 * 1024 * 1024,
   retryBaseDelayMs: 100,
   retryMaxDelayMs: 10_000,
   retryAfterMaxMs: 30_000,
@@ -116,6 +123,7 @@ export function resolveOptions(options: ClientOptions): ResolvedOptions {
   positive('maxQueueBytes', o.maxQueueBytes);
   positive('gzipThresholdBytes', o.gzipThresholdBytes, true, true);
   positive('requestTimeoutMs', o.requestTimeoutMs);
+  positive('maxAnswerBytes', o.maxAnswerBytes);
   positive('retryBaseDelayMs', o.retryBaseDelayMs, true);
   positive('retryMaxDelayMs', o.retryMaxDelayMs, true);
   positive('retryAfterMaxMs', o.retryAfterMaxMs, true);

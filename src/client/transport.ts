@@ -30,7 +30,9 @@ export async function prepareBody(json: string | Buffer, gzipThresholdBytes: num
 
 export type Attempt =
   | { kind: 'answer'; status: number; headers: Headers; body: unknown; text: string }
-  | { kind: 'network'; error: unknown };
+  | { kind: 'network'; error: unknown }
+  /** The answer's body was longer than maxAnswerBytes: cut off unread. */
+  | { kind: 'too-large'; status: number };
 
 export interface AttemptRequest {
   url: string;
@@ -39,6 +41,8 @@ export interface AttemptRequest {
   body: PreparedBody | null;
   idempotencyKey: string | null;
   timeoutMs: number;
+  /** The answer's body is read up to this many bytes. */
+  maxAnswerBytes: number;
 }
 
 export async function attempt(request: AttemptRequest): Promise<Attempt> {
@@ -62,7 +66,8 @@ export async function attempt(request: AttemptRequest): Promise<Attempt> {
       redirect: 'manual',
     });
     // Reading the body is part of the attempt: a connection dropped mid-answer is a network error.
-    const text = await res.text();
+    const text = await readText(res, request.maxAnswerBytes);
+    if (text === null) return { kind: 'too-large', status: res.status };
     let body: unknown = null;
     try {
       body = text === '' ? null : JSON.parse(text);
@@ -73,4 +78,27 @@ export async function attempt(request: AttemptRequest): Promise<Attempt> {
   } catch (error) {
     return { kind: 'network', error };
   }
+}
+
+/** The body's text, or null once it is longer than `maxBytes` (the rest is not read: the stream is cancelled). */
+async function readText(res: Response, maxBytes: number): Promise<string | null> {
+  const declared = Number(res.headers.get('content-length') ?? NaN);
+  if (declared > maxBytes || res.body === null) {
+    await res.body?.cancel();
+    return res.body === null ? '' : null;
+  }
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    bytes += value.byteLength;
+    if (bytes > maxBytes) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks, bytes).toString('utf8');
 }
