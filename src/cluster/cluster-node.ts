@@ -126,7 +126,7 @@ export interface ClusterHost {
   stopLeading(reason: Error): Promise<boolean>;
   /** Rebuilds the state from the local data directory (snapshot + local journal). */
   rebuild(): Promise<void>;
-  /** The last seq committed (in the cluster's journal and this node's copy). */
+  /** The last seq committed in the cluster's journal (this node's LMDB copy may be a few batches behind on a leader). */
   committedSeq(): number;
   /** This node's own journal record of `seq` (null when it is not, or no longer, stored). */
   localRecord(seq: number): JournalRecord | null;

@@ -80,7 +80,7 @@ export class NodeState implements ClusterHost {
   }
 
   committedSeq(): number {
-    return this.deps.journal.durableSeq;
+    return this.deps.journal.acknowledgedSeq;
   }
 
   appliedSeq(): number {
