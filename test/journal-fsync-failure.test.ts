@@ -5,49 +5,21 @@
 // "fsyncgate"), and the next commits reuse pages that commit wrote: the journal must fail as
 // for a batch (503, /readyz 503). Before 2026-11-29 the marker's failure was ignored and later
 // writes were answered 200 (found by a review). Skipped where no C compiler is installed.
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { buildEioShim } from './helpers/eio-shim.ts';
 import { launch, startServer, T0 } from './helpers/server.ts';
 
-const SHIM = `
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
-static int failNow(void) {
-  const char *flag = getenv("INTAKE_TEST_EIO_FLAG");
-  return flag != NULL && unlink(flag) == 0;
-}
-int fsync(int fd) {
-  static int (*real)(int) = NULL;
-  if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-  if (failNow()) { errno = EIO; return -1; }
-  return real(fd);
-}
-int fdatasync(int fd) {
-  static int (*real)(int) = NULL;
-  if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-  if (failNow()) { errno = EIO; return -1; }
-  return real(fd);
-}
-`;
-
 test('an fsync that fails (EIO) on the commit of the idle durable marker fails the journal: the next write gets 503, /readyz 503', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'intake-eio-'));
-  writeFileSync(join(dir, 'shim.c'), SHIM);
-  const built = spawnSync('cc', ['-shared', '-fPIC', '-O1', '-o', join(dir, 'shim.so'), join(dir, 'shim.c'), '-ldl'], { encoding: 'utf8' });
-  if (built.error !== undefined || built.status !== 0) {
-    t.skip(`no C compiler here: ${built.error?.message ?? built.stderr}`);
+  const shim = buildEioShim();
+  if ('skip' in shim) {
+    t.skip(shim.skip);
     return;
   }
-  const flag = join(dir, 'fail-next-sync');
+  const { flag } = shim;
   // No snapshot: its chunks' commits would be other fsyncs the flag could meet.
-  const server = await startServer({ env: { LD_PRELOAD: join(dir, 'shim.so'), INTAKE_TEST_EIO_FLAG: flag, SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' } });
+  const server = await startServer({ env: { ...shim.env, SNAPSHOT_INTERVAL_MS: '0', SNAPSHOT_EVERY_RECORDS: '0' } });
   try {
     const { did } = await launch(server);
     // The idle marker is committed 20 ms after the last batch: its fsync is the next one, if the

@@ -202,6 +202,10 @@ export class Journal {
   private remoteInFlight = 0;
   /** Test fault point `journal-local-copy` (copyLocally()): the leader's LMDB copies wait for it. */
   private localCopyStall: Promise<void> | null = null;
+  /** A leader's LMDB copies handed to lmdb-js and not yet settled (stopLeading() waits for them). */
+  private readonly localCopies = new Set<Promise<boolean>>();
+  /** The failure of a leader's LMDB copy reported after another failure or a step-down, once. */
+  private localCopyFailure: Error | null = null;
 
   constructor(db: Database<JournalRecord[], number>, mode: CommitMode, maxBatchRecords: number, stats: JournalStats = {}, maxInFlight = 1) {
     this.db = db;
@@ -361,6 +365,10 @@ export class Journal {
     const idle = this.idleWaiters;
     this.idleWaiters = [];
     for (const resolve of idle) resolve();
+    // Copies of batches PostgreSQL committed may still be on their way to LMDB (up to
+    // maxInFlight + LOCAL_COPIES_BEHIND): the caller rebuilds from this node's own journal next,
+    // which must not change under it, and a copy that fails must be known first (write()).
+    if (this.localCopies.size > 0) await Promise.allSettled([...this.localCopies]);
     return lost;
   }
 
@@ -649,7 +657,14 @@ export class Journal {
           );
     written.then(
       (done) => term === this.term && this.settle(batch, done ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
-      (error: unknown) => term === this.term && this.settle(batch, error instanceof Error ? error : new Error(String(error)), 0),
+      (error: unknown) => {
+        const failure = error instanceof Error ? error : new Error(String(error));
+        if (term === this.term) this.settle(batch, failure, 0);
+        // A leader's LMDB copy that fails after the leader stepped down (its writes were answered
+        // at the PostgreSQL commit): the outcome no longer settles anything, but this disk failed
+        // and the node must learn it (it ends, main.ts), not follow on it (found by a review).
+        else if (!(failure instanceof RemoteCommitError) && !(failure instanceof Superseded)) this.localCopyFailed(failure);
+      },
     );
   }
 
@@ -667,7 +682,11 @@ export class Journal {
       this.localCopyStall = stall;
     }
     const stalled = this.localCopyStall;
-    return stalled === null ? this.writeLocal(batch, previous) : stalled.then(() => this.writeLocal(batch, previous));
+    const copy = stalled === null ? this.writeLocal(batch, previous) : stalled.then(() => this.writeLocal(batch, previous));
+    this.localCopies.add(copy);
+    const forget = (): void => void this.localCopies.delete(copy);
+    copy.then(forget, forget);
+    return copy;
   }
 
   private missingBefore(batch: Batch, previous: Batch | undefined): Error {
@@ -709,8 +728,21 @@ export class Journal {
   }
 
   private fail(error: Error): void {
-    if (this.failure !== null) return;
+    if (this.failure !== null) {
+      // A failed PostgreSQL commit came first, and now this node's own copy of an earlier batch
+      // (answered at its PostgreSQL commit) failed too: the step-down the first one started must
+      // not hide it, or the node would go on following on a disk whose fsync failed (a review).
+      if (this.failure instanceof RemoteCommitError && !(error instanceof RemoteCommitError)) this.localCopyFailed(error);
+      return;
+    }
     this.failure = error;
+    this.stats.onFailure?.(error);
+  }
+
+  /** Reports (once) that this node's LMDB copy failed, whatever else failed or changed first. */
+  private localCopyFailed(error: Error): void {
+    if (this.localCopyFailure !== null) return;
+    this.localCopyFailure = error;
     this.stats.onFailure?.(error);
   }
 
