@@ -363,7 +363,7 @@ async function main(): Promise<void> {
     const c = { single: med((r) => r.cpu.single), leader: med((r) => r.cpu.leader), pg: med((r) => r.cpu.pg), follower: med((r) => r.cpu.follower) };
     const all = c.leader + c.pg + c.follower;
     rows.push(
-      `| CPU µs / request at ${SATURATION_CONNECTIONS} connections: leader + PostgreSQL + follower (per record), medians | ${fmt(c.single)} | ${fmt(c.leader)} + ${fmt(c.pg)} + ${fmt(c.follower)} = ${fmt(all)} | ${(all / c.single).toFixed(2)}× (its inverse, ${(c.single / all).toFixed(2)}, is the throughput ratio the machine's CPU allows) | (reported) |`,
+      `| CPU µs / request at ${SATURATION_CONNECTIONS} connections: leader + PostgreSQL + follower (per record), medians | ${fmt(c.single)} | ${fmt(c.leader)} + ${fmt(c.pg)} + ${fmt(c.follower)} = ${fmt(all)} | ${(all / c.single).toFixed(2)}× | (reported) |`,
     );
   }
   if (stalls.length > 0) {
