@@ -82,10 +82,10 @@ export async function attempt(request: AttemptRequest): Promise<Attempt> {
 
 /** The body's text, or null once it is longer than `maxBytes` (the rest is not read: the stream is cancelled). */
 async function readText(res: Response, maxBytes: number): Promise<string | null> {
-  const declared = Number(res.headers.get('content-length') ?? NaN);
-  if (declared > maxBytes || res.body === null) {
-    await res.body?.cancel();
-    return res.body === null ? '' : null;
+  if (res.body === null) return '';
+  if (Number(res.headers.get('content-length') ?? NaN) > maxBytes) {
+    await res.body.cancel();
+    return null;
   }
   const chunks: Uint8Array[] = [];
   let bytes = 0;

@@ -538,6 +538,13 @@ export class Journal {
     return this.remoteInFlight < this.maxInFlight && this.inFlight.length < this.maxInFlight + LOCAL_COPIES_BEHIND;
   }
 
+  /** Hands over waiting batches (full ones first, then the open one) while mayHandOver() allows. */
+  private handOverWaiting(): void {
+    while ((this.full.length > 0 || this.current !== null) && this.mayHandOver()) {
+      if (!this.closeBatch()) break;
+    }
+  }
+
   /**
    * Cluster mode: PostgreSQL committed `batch` (of this term), and its LMDB copy has been handed to
    * lmdb-js. Its writes are answered now, once every batch before it is committed in PostgreSQL
@@ -563,9 +570,7 @@ export class Journal {
       this.acknowledged = Math.max(this.acknowledged, front.firstSeq + front.records.length - 1);
       tell(waiters, null);
     }
-    while ((this.full.length > 0 || this.current !== null) && this.mayHandOver()) {
-      if (!this.closeBatch()) break;
-    }
+    this.handOverWaiting();
   }
 
   /**
@@ -786,9 +791,7 @@ export class Journal {
       this.current = null;
       if (open !== null) this.answer(open, failure);
     } else {
-      while ((this.full.length > 0 || this.current !== null) && this.mayHandOver()) {
-        if (!this.closeBatch()) break;
-      }
+      this.handOverWaiting();
     }
     if (this.current === null && this.inFlight.length === 0 && this.full.length === 0) {
       if (failure === null) this.armIdleMarker();
