@@ -125,3 +125,34 @@ test('a leader\'s answer longer than maxAnswerBytes is cut off: its writes get 5
   assert.equal(answer.status, 200);
   assert.equal(answer.body.length, JSON.stringify({ success: true, padding: 'x'.repeat(64 * 1024) }).length);
 });
+
+test('the link logs "can be reached again" only after it logged that it could not: not when this node takes the lead at start', async (t) => {
+  const lines: string[] = [];
+  let target: LeaderTarget | 'self' | null = 'self';
+  const link = new LeaderLink({
+    origin: 'n1',
+    target: () => target,
+    local: { run: () => undefined },
+    forwardTimeoutMs: 5_000,
+    keysRemembered: true,
+    log: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }),
+  });
+  t.after(() => link.stop());
+  const until = async (what: string, check: () => boolean) => {
+    for (const started = performance.now(); !check(); ) {
+      if (performance.now() - started > 5_000) assert.fail(`timed out waiting for ${what}: ${lines.join('')}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  const logged = (msg: string) => lines.filter((line) => (JSON.parse(line) as { msg: string }).msg === msg).length;
+  const AGAIN = 'the cluster\'s leader can be reached again';
+  const CANNOT = 'cannot forward writes to the cluster\'s leader now; waiting for one';
+  // Leading from the start: the probe (every 0.5 s) finds "self" twice, and says nothing.
+  await new Promise((resolve) => setTimeout(resolve, 1_200));
+  assert.equal(logged(AGAIN), 0, lines.join(''));
+  // No leader known: the warning; a leader again (this node): its end.
+  target = null;
+  await until('the warning', () => logged(CANNOT) === 1);
+  target = 'self';
+  await until('the end of the warning', () => logged(AGAIN) === 1);
+});

@@ -176,6 +176,12 @@ export class LeaderLink implements CommandSink {
   /** Since when no exchange with a leader succeeded (null: the last one did), and why. */
   private failingSinceMs: number | null = null;
   private failure = '';
+  /**
+   * The failing period's warning was logged: only then is its end worth a line. The period a link
+   * starts in ("no leader is known yet") is silent, and a node that then took the lead itself
+   * logged that "the cluster's leader can be reached again" (found by a README-only audit).
+   */
+  private failureLogged = false;
   private stopped = false;
   /** Set by stop(): called once every write taken has its answer. */
   private answeredAll: (() => void) | null = null;
@@ -545,7 +551,8 @@ export class LeaderLink implements CommandSink {
   private ok(): void {
     this.lastOkMs = performance.now();
     this.blocked = null;
-    if (this.failingSinceMs !== null) this.options.log.info('the cluster\'s leader can be reached again');
+    if (this.failureLogged) this.options.log.info('the cluster\'s leader can be reached again');
+    this.failureLogged = false;
     this.failingSinceMs = null;
   }
 
@@ -553,6 +560,7 @@ export class LeaderLink implements CommandSink {
     this.failure = reason;
     if (this.failingSinceMs !== null) return;
     this.failingSinceMs = performance.now();
+    this.failureLogged = true;
     this.options.log.warn({ reason }, 'cannot forward writes to the cluster\'s leader now; waiting for one');
   }
 
