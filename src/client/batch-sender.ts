@@ -13,13 +13,13 @@ import type { BatchResult, ValidationDetail, WriteMethod } from './types.ts';
 
 export const BATCH_PATH = '/batch';
 
-/** A write waiting for its answer. `json` is its batch item, serialized once when it was queued. Settles once: later calls are ignored. */
+/** A write waiting for its answer. `bodyJson` is its body, serialized once when it was queued; `bytes` its batch item's length. Settles once: later calls are ignored. */
 export interface QueuedWrite {
   seq: number;
   method: WriteMethod;
   path: string;
   idempotencyKey: string;
-  json: string;
+  bodyJson: string | undefined;
   bytes: number;
   enqueuedAtMs: number;
   resolve(value: unknown): void;

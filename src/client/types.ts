@@ -28,7 +28,8 @@ export type WriteMethod = 'POST' | 'DELETE';
 /** Per-write options. */
 export interface WriteOptions {
   /**
-   * The write's Idempotency-Key (1 to 255 characters 0x21-0x7E). Default: a new random UUID.
+   * The write's Idempotency-Key (1 to 255 characters 0x21-0x7E). Default: a key unique to this
+   * write (the client's random 128-bit prefix and a counter, `<22 characters>.<count>`).
    * Give your own when the write may be sent again by a later process (an import re-run): the
    * server then recognises it within its window (IDEMPOTENCY_WINDOW_SECONDS, one day by default).
    */

@@ -4,7 +4,7 @@
 import { ClientClosedError, QueueFullError } from './errors.ts';
 import type { ResolvedOptions } from './options.ts';
 import { sendBatch, type BatchSlots, type QueuedWrite, type ServerProgress } from './batch-sender.ts';
-import { itemJson } from './item-json.ts';
+import { itemJson, type ItemJson } from './item-json.ts';
 import type { WriteMethod } from './types.ts';
 
 /**
@@ -22,7 +22,9 @@ class HeldWrite implements QueuedWrite {
     readonly method: WriteMethod,
     readonly path: string,
     readonly idempotencyKey: string,
-    readonly json: string,
+    /** The body's JSON (undefined: none), made once; the batch item is written around it (item-json.ts). */
+    readonly bodyJson: string | undefined,
+    /** UTF-8 bytes of the whole batch item. */
     readonly bytes: number,
     private readonly onResolve: (value: unknown) => void,
     private readonly onReject: (error: unknown) => void,
@@ -96,19 +98,19 @@ export class WriteQueue {
 
   enqueue<T>(method: WriteMethod, path: string, body: unknown, idempotencyKey: string): Promise<T> {
     if (this.closed) return Promise.reject(new ClientClosedError());
-    let json: string;
+    let item: ItemJson;
     try {
-      json = itemJson(method, path, body, idempotencyKey);
+      item = itemJson(method, path, body, idempotencyKey);
     } catch (error) {
       // A body JSON cannot carry (a BigInt, a cycle): a rejected promise like every other refusal, not a throw.
       return Promise.reject(error);
     }
-    const bytes = Buffer.byteLength(json);
+    const { bodyJson, bytes } = item;
     if (this.heldItems + 1 > this.options.maxQueueItems) return Promise.reject(new QueueFullError('maxQueueItems', this.options.maxQueueItems));
     // One write bigger than the whole byte limit would never fit: let it through alone when nothing else is held.
     if (this.heldBytes + bytes > this.options.maxQueueBytes && this.heldItems > 0) return Promise.reject(new QueueFullError('maxQueueBytes', this.options.maxQueueBytes));
     return new Promise<T>((resolve, reject) => {
-      const write = new HeldWrite(this, this.nextSeq++, method, path, idempotencyKey, json, bytes, resolve as (value: unknown) => void, reject);
+      const write = new HeldWrite(this, this.nextSeq++, method, path, idempotencyKey, bodyJson, bytes, resolve as (value: unknown) => void, reject);
       this.waiting.push(write);
       this.unsettled.add(write.seq);
       this.heldItems++;
