@@ -124,6 +124,11 @@ const MARKER_IDLE_MS = 20;
 
 const ignore = (): void => undefined;
 
+/** What was thrown or rejected, as an Error. */
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
+
 /** Tells each waiter: committed when `failure` is null, else failed. */
 function tell(waiters: readonly CommitWaiter[], failure: Error | null): void {
   for (const waiter of waiters) {
@@ -282,7 +287,7 @@ export class Journal {
     // lmdb-js also rejects a shared commitError promise (see settle()).
     const commitError = (error as { commitError?: unknown } | null)?.commitError;
     if (commitError instanceof Promise) commitError.catch(() => undefined);
-    this.fail(error instanceof Error ? error : new Error(String(error)));
+    this.fail(asError(error));
   };
 
   private writeIdleMarker(): void {
@@ -333,8 +338,7 @@ export class Journal {
     this.remote = remote;
     this.remoteGapMs = commitGapMs;
     this.notLeading = null;
-    this.term++;
-    this.remoteInFlight = 0;
+    this.newTerm();
   }
 
   /** Cluster mode, before the node is in the election: refuse writes, for `reason`. */
@@ -353,8 +357,7 @@ export class Journal {
     this.notLeading = reason;
     this.remote = null;
     this.clearGapTimer();
-    this.term++;
-    this.remoteInFlight = 0;
+    this.newTerm();
     const open = this.current;
     this.current = null;
     const pending = [...this.inFlight.splice(0), ...this.full.splice(0)];
@@ -377,8 +380,7 @@ export class Journal {
    * last record is `lastSeq` (a follower's next replicated batch follows it).
    */
   reset(lastSeq: number): void {
-    this.term++;
-    this.remoteInFlight = 0;
+    this.newTerm();
     this.failure = null;
     this.current = null;
     this.inFlight.length = 0;
@@ -473,7 +475,7 @@ export class Journal {
       // putSync commits and fdatasyncs on this thread before it returns (checked with strace).
       this.db.putSync(seq, [record]);
     } catch (error) {
-      this.fail(error instanceof Error ? error : new Error(String(error)));
+      this.fail(asError(error));
       waiter.failed(this.failure!);
       return 0;
     }
@@ -657,13 +659,13 @@ export class Journal {
               return local;
             },
             (error: unknown) => {
-              throw new RemoteCommitError(error instanceof Error ? error : new Error(String(error)));
+              throw new RemoteCommitError(asError(error));
             },
           );
     written.then(
       (done) => term === this.term && this.settle(batch, done ? null : this.missingBefore(batch, previous), performance.now() - startedAt),
       (error: unknown) => {
-        const failure = error instanceof Error ? error : new Error(String(error));
+        const failure = asError(error);
         if (term === this.term) this.settle(batch, failure, 0);
         // A leader's LMDB copy that fails after the leader stepped down (its writes were answered
         // at the PostgreSQL commit): the outcome no longer settles anything, but this disk failed
@@ -671,6 +673,15 @@ export class Journal {
         else if (!(failure instanceof RemoteCommitError) && !(failure instanceof Superseded)) this.localCopyFailed(failure);
       },
     );
+  }
+
+  /**
+   * A new term (leading, stepping down, a reset): outcomes of the old term's batches settle
+   * nothing, and none of this term's is in PostgreSQL's hands yet.
+   */
+  private newTerm(): void {
+    this.term++;
+    this.remoteInFlight = 0;
   }
 
   /**
